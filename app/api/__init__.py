@@ -1,0 +1,1 @@
+"""HTTP routes: thin functions over the pipeline and the services."""

@@ -1,0 +1,29 @@
+"""Liveness, readiness and the gateway's own metrics."""
+
+from fastapi import APIRouter
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.responses import JSONResponse, Response
+
+from app.api.deps import ServicesDep
+
+router = APIRouter()
+
+
+@router.get("/health/live")
+async def live() -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/health/ready")
+async def ready(services: ServicesDep) -> Response:
+    """Ready while the engine answers and the gateway is not draining."""
+    if services.drain.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
+    if not services.monitor.up:
+        return JSONResponse({"status": "engine unavailable"}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@router.get("/metrics")
+async def metrics(services: ServicesDep) -> Response:
+    return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)

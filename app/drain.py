@@ -1,0 +1,56 @@
+"""Graceful shutdown state, shared by the server runner and the app.
+
+On SIGTERM the runner calls ``begin()``: readiness turns 503 and new (and
+queued) requests are refused as ``draining``. In-flight requests get a grace
+period; when it runs out the runner calls ``stop_streams()`` and every relay
+ends its stream with a final SSE error event at its next chunk.
+"""
+
+import asyncio
+from collections.abc import Callable
+
+import anyio
+
+
+class Drain:
+    def __init__(self) -> None:
+        self.draining = False
+        self.stopping = False
+        self._active = 0
+        # asyncio events, not anyio's: the runner builds this object before
+        # the event loop starts.
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def active(self) -> int:
+        """Requests that reached a route and have not ended."""
+        return self._active
+
+    def enter(self) -> None:
+        self._active += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self._active -= 1
+        if self._active == 0:
+            self._idle.set()
+
+    def on_begin(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def begin(self) -> None:
+        self.draining = True
+        for listener in self._listeners:
+            listener()
+
+    def stop_streams(self) -> None:
+        self.stopping = True
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is active; False if the timeout ran out first."""
+        with anyio.move_on_after(timeout):
+            await self._idle.wait()
+            return True
+        return False

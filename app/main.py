@@ -1,0 +1,82 @@
+"""The app factory."""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+from app.api import completions, health
+from app.drain import Drain
+from app.errors import GatewayError, InvalidRequest, error_response
+from app.request_id import RequestIdMiddleware
+from app.services import build_services
+from app.settings import Settings, get_settings
+
+log = logging.getLogger("gateway")
+
+
+def create_app(
+    settings: Settings | None = None,
+    drain: Drain | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> FastAPI:
+    """Build the gateway. ``drain`` is shared with the server runner that
+    handles SIGTERM; ``transport`` replaces the engine connection (tests)."""
+    settings = settings or get_settings()
+    drain = drain or Drain()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
+        services = build_services(settings, drain, transport)
+        await services.monitor.check()
+        monitor = asyncio.create_task(services.monitor.run(), name="engine-monitor")
+        try:
+            yield {"services": services}
+        finally:
+            monitor.cancel()
+            with suppress(asyncio.CancelledError):
+                await monitor
+            await services.engine.aclose()
+
+    app = FastAPI(
+        title="vllm-gateway",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.add_middleware(RequestIdMiddleware)
+    app.include_router(completions.router)
+    app.include_router(health.router)
+    _install_error_handlers(app)
+    return app
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """Errors raised outside the pipeline (unknown paths, wrong methods, bugs)
+    still answer in OpenAI's shape."""
+
+    async def http_error(_: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        error = GatewayError(str(exc.detail))
+        error.status = exc.status_code
+        error.type = "invalid_request_error" if exc.status_code < 500 else "internal_error"
+        return error_response(error)
+
+    async def invalid(_: Request, exc: Exception) -> Response:
+        return error_response(InvalidRequest(str(exc)))
+
+    async def unexpected(_: Request, exc: Exception) -> Response:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(GatewayError("internal gateway error"))
+
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(Exception, unexpected)

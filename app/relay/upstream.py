@@ -1,0 +1,118 @@
+"""The HTTP client for the engine, behind a small interface.
+
+One ``httpx.AsyncClient`` per app, with pool limits and timeouts from the
+settings. Transport errors are turned into the gateway's own errors here, so
+nothing above this module sees an httpx exception type except the relay's
+mid-stream reads.
+
+Only one engine is served for now; a pool of replicas would implement the
+same ``Upstream`` protocol and pick a client per request.
+"""
+
+import contextlib
+from typing import Protocol
+
+import anyio
+import httpx
+
+from app.errors import EngineStatusError, UpstreamFailed, UpstreamTimeout, UpstreamUnreachable
+from app.settings import Settings
+
+_CLOSE_TIMEOUT = 5.0
+
+
+class Upstream(Protocol):
+    async def open(
+        self, path: str, body: bytes, request_id: str, *, stream: bool
+    ) -> httpx.Response: ...
+
+    async def get(self, path: str, *, timeout: float) -> httpx.Response: ...
+
+    async def aclose(self) -> None: ...
+
+
+class EngineClient:
+    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None):
+        self._stream_timeout = httpx.Timeout(
+            connect=settings.upstream_connect_timeout,
+            read=settings.upstream_read_timeout,
+            write=settings.upstream_read_timeout,
+            pool=settings.upstream_connect_timeout,
+        )
+        self._non_stream_timeout = httpx.Timeout(
+            connect=settings.upstream_connect_timeout,
+            read=settings.upstream_non_stream_timeout,
+            write=settings.upstream_read_timeout,
+            pool=settings.upstream_connect_timeout,
+        )
+        self._http = httpx.AsyncClient(
+            base_url=settings.upstream_url,
+            timeout=self._stream_timeout,
+            limits=httpx.Limits(
+                max_connections=settings.upstream_max_connections,
+                max_keepalive_connections=settings.upstream_max_keepalive,
+            ),
+            transport=transport,
+        )
+
+    async def open(
+        self, path: str, body: bytes, request_id: str, *, stream: bool
+    ) -> httpx.Response:
+        """Send a request and return once the engine's response headers are in.
+
+        The body is left unread. A non-2xx answer is read (it is small) and
+        raised as ``EngineStatusError``; the caller owns a 2xx response and
+        must close it.
+        """
+        request = self._http.build_request(
+            "POST",
+            path,
+            content=body,
+            headers={"content-type": "application/json", "x-request-id": request_id},
+            timeout=self._stream_timeout if stream else self._non_stream_timeout,
+        )
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+                raise UpstreamUnreachable(f"engine not reachable: {exc!r}") from exc
+            raise UpstreamTimeout("engine did not answer in time") from exc
+        except httpx.ConnectError as exc:
+            raise UpstreamUnreachable(f"engine not reachable: {exc!r}") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamFailed(f"engine connection failed: {exc!r}") from exc
+
+        if response.status_code >= 400:
+            try:
+                content = await response.aread()
+            except httpx.HTTPError as exc:
+                raise UpstreamFailed(f"engine connection failed: {exc!r}") from exc
+            finally:
+                await close_quietly(response)
+            retry_after = _retry_after(response.headers.get("retry-after"))
+            raise EngineStatusError(response.status_code, content, retry_after)
+        return response
+
+    async def get(self, path: str, *, timeout: float) -> httpx.Response:
+        """A small GET (health, models, metrics); transport errors propagate as httpx errors."""
+        return await self._http.get(path, timeout=timeout)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+async def close_quietly(response: httpx.Response) -> None:
+    """Close an upstream response even while the calling task is being
+    cancelled: closing the connection is what tells the engine to abort."""
+    with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+        with contextlib.suppress(httpx.HTTPError):
+            await response.aclose()
+
+
+def _retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        return max(1.0, float(value))
+    except ValueError:
+        return None

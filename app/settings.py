@@ -1,0 +1,70 @@
+"""Gateway settings, read from ``GATEWAY_*`` environment variables.
+
+Nothing is read at import time: ``get_settings()`` builds the object on first
+use and caches it; tests build their own ``Settings(...)`` and pass it to
+``create_app``.
+"""
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore")
+
+    # Where the gateway listens and where the engine is.
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    upstream_url: str = "http://127.0.0.1:8001"
+
+    # Upstream HTTP client. The read timeout is an *idle* timeout: the longest
+    # gap allowed between two chunks of a stream (or before response headers).
+    upstream_connect_timeout: float = Field(5.0, gt=0)
+    upstream_read_timeout: float = Field(120.0, gt=0)
+    # A non-streaming call sends nothing until the whole answer is ready, so it
+    # gets its own, longer limit.
+    upstream_non_stream_timeout: float = Field(600.0, gt=0)
+    upstream_max_connections: int = Field(1000, ge=1)
+    upstream_max_keepalive: int = Field(100, ge=0)
+
+    # Engine health checks; also how often the engine's /metrics is read.
+    health_interval: float = Field(1.0, gt=0)
+    health_timeout: float = Field(2.0, gt=0)
+
+    # Request limits.
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    max_n: int = Field(16, ge=1)
+
+    # Retry-After (seconds) sent with 503 when the engine is down or the gateway drains.
+    retry_after_unavailable: int = Field(5, ge=1)
+
+    # SSE: keep-alive comment interval, and how long one send to a client may
+    # block before the client is dropped as too slow.
+    sse_ping_seconds: float = Field(15.0, ge=0)
+    sse_send_timeout: float = Field(30.0, gt=0)
+
+    # Graceful shutdown: in-flight work gets ``drain_grace_seconds`` to finish
+    # after SIGTERM; the server's own shutdown timeout must be longer.
+    drain_grace_seconds: float = Field(20.0, ge=0)
+    shutdown_timeout: float = Field(30.0, gt=0)
+
+    # Admission control (``off`` keeps validation, metrics and auth).
+    admission: Literal["on", "off"] = "on"
+
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _grace_fits_in_shutdown(self) -> "Settings":
+        if self.drain_grace_seconds >= self.shutdown_timeout:
+            raise ValueError(
+                "GATEWAY_DRAIN_GRACE_SECONDS must be shorter than GATEWAY_SHUTDOWN_TIMEOUT"
+            )
+        return self
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

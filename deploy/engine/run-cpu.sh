@@ -1,0 +1,47 @@
+#!/usr/bin/env sh
+# Start vLLM's OpenAI-compatible server on the CPU with the local tiny model.
+# Used by `make up`, by the test suite and by the CPU container image.
+# Every knob is an environment variable; unset ones keep the engine's default.
+set -eu
+
+: "${ENGINE_PYTHON:=.venv-engine/bin/python}"
+: "${ENGINE_MODEL_DIR:=.models/tiny}"
+: "${ENGINE_MODEL_NAME:=tiny}"
+: "${ENGINE_HOST:=127.0.0.1}"
+: "${ENGINE_PORT:=8001}"
+: "${ENGINE_MAX_MODEL_LEN:=2048}"
+# Without it the CPU backend tries to reserve most of the machine's memory.
+: "${VLLM_CPU_KVCACHE_SPACE:=1}"
+export VLLM_CPU_KVCACHE_SPACE
+export PYTHONWARNINGS="${PYTHONWARNINGS:-ignore::DeprecationWarning,ignore::FutureWarning}"
+
+set -- \
+  --model "$ENGINE_MODEL_DIR" \
+  --served-model-name "$ENGINE_MODEL_NAME" \
+  --host "$ENGINE_HOST" \
+  --port "$ENGINE_PORT" \
+  --max-model-len "$ENGINE_MAX_MODEL_LEN" \
+  --uvicorn-log-level warning
+if [ -n "${ENGINE_KV_BLOCKS:-}" ]; then
+  set -- "$@" --num-gpu-blocks-override "$ENGINE_KV_BLOCKS"
+fi
+if [ -n "${ENGINE_MAX_NUM_SEQS:-}" ]; then
+  set -- "$@" --max-num-seqs "$ENGINE_MAX_NUM_SEQS"
+fi
+# The CPU engine busy-polls between its processes; on a small machine that
+# starves whatever shares its cores (measured here on 2 cores: a sleeping
+# process woke up to 1.2 s late while the engine generated). Keep it on
+# ENGINE_CPUS (default: all cores but the last) so the gateway and its
+# clients keep a core of their own.
+if [ -z "${ENGINE_CPUS:-}" ] && command -v nproc >/dev/null; then
+  cores=$(nproc)
+  if [ "$cores" -ge 2 ]; then ENGINE_CPUS="0-$((cores - 2))"; fi
+fi
+pin=""
+if [ -n "${ENGINE_CPUS:-}" ] && command -v taskset >/dev/null; then
+  pin="taskset -c $ENGINE_CPUS"
+fi
+
+# ENGINE_EXTRA_ARGS: further engine flags, split on spaces.
+# shellcheck disable=SC2086
+exec $pin "$ENGINE_PYTHON" -m vllm.entrypoints.openai.api_server "$@" ${ENGINE_EXTRA_ARGS:-}

@@ -1,0 +1,119 @@
+"""Fixtures: one real engine per test session, gateways started per test or module.
+
+The engine is real vLLM (CPU build, tiny local model) started by the project's
+own launcher on a free port, with a small KV cache (24 blocks of 128 tokens)
+and at most 8 running sequences, so tests can saturate it on purpose.
+"""
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.metrics import metric
+from tests.support.procs import ManagedProcess, free_port
+
+ENGINE_KV_BLOCKS = 24
+ENGINE_MAX_NUM_SEQS = 8
+MODEL = "tiny"
+
+
+@dataclass
+class Service:
+    url: str
+    process: ManagedProcess
+
+    def metric(self, name: str, **labels: str) -> float:
+        return metric(self.url, name, **labels)
+
+
+Engine = Service
+Gateway = Service
+StartGateway = Callable[..., Gateway]
+
+
+def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(interval)
+    return check()
+
+
+def engine_idle(engine: Engine) -> bool:
+    return (
+        engine.metric("vllm:num_requests_running") == 0
+        and engine.metric("vllm:num_requests_waiting") == 0
+    )
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    port = free_port()
+    env = {
+        "ENGINE_PORT": str(port),
+        "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
+        "ENGINE_MAX_NUM_SEQS": str(ENGINE_MAX_NUM_SEQS),
+        "ENGINE_MODEL_NAME": MODEL,
+    }
+    proc = ManagedProcess(
+        "engine", ["deploy/engine/run-cpu.sh"], env, tmp_path_factory.mktemp("engine")
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        proc.wait_http(f"{url}/health", timeout=900)
+        yield Service(url, proc)
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def idle_engine(engine: Engine) -> Engine:
+    """The engine, after whatever an earlier test left running has ended."""
+    assert wait_until(lambda: engine_idle(engine), timeout=60), "engine still busy"
+    return engine
+
+
+def _start_gateway(log_dir: Path, upstream_url: str, settings: dict[str, object]) -> Gateway:
+    port = free_port()
+    env = {
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_UPSTREAM_URL": upstream_url,
+        "GATEWAY_HEALTH_INTERVAL": "0.5",
+        **{f"GATEWAY_{key.upper()}": str(value) for key, value in settings.items()},
+    }
+    proc = ManagedProcess(f"gateway-{port}", [sys.executable, "-m", "app"], env, log_dir)
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(f"{url}/health/live", timeout=60)
+    return Service(url, proc)
+
+
+@pytest.fixture
+def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
+    """Start gateways (``start_gateway(upstream_url, admission="off", ...)``);
+    all are stopped when the test ends."""
+    started: list[Gateway] = []
+
+    def start(upstream_url: str, **settings: object) -> Gateway:
+        gateway = _start_gateway(tmp_path, upstream_url, settings)
+        started.append(gateway)
+        return gateway
+
+    yield start
+    for gateway in started:
+        gateway.process.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A gateway in front of the session engine, admission off, shared by a module."""
+    gateway = _start_gateway(tmp_path_factory.mktemp("gateway"), engine.url, {"admission": "off"})
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    try:
+        yield gateway
+    finally:
+        gateway.process.stop()

@@ -1,0 +1,1 @@
+"""Helpers shared by the test suite: processes, metrics, a fake engine."""
