@@ -1,0 +1,187 @@
+"""A client that goes away stops the engine's work, in every phase.
+
+Against the real engine: after each disconnect the engine must go idle within
+a few seconds and stop generating well short of ``max_tokens``. The measured
+time from disconnect to an idle engine is printed (run with ``-s`` to see it).
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import httpx
+import psutil
+
+from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, engine_idle, wait_until
+
+LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
+IDLE_WITHIN = 10.0
+
+
+def cancels(gateway: Gateway, phase: str) -> float:
+    return gateway.metric("gateway_cancellations_total", phase=phase)
+
+
+def seconds_until_idle(engine: Engine, since: float) -> float:
+    assert wait_until(lambda: engine_idle(engine), timeout=IDLE_WITHIN, interval=0.05), (
+        "the engine kept working after the client left"
+    )
+    return time.monotonic() - since
+
+
+@contextlib.asynccontextmanager
+async def open_stream(
+    http: httpx.AsyncClient, path: str, body: dict[str, object]
+) -> AsyncIterator[httpx.Response]:
+    request = http.build_request("POST", path, json={**body, "stream": True})
+    response = await http.send(request, stream=True)
+    try:
+        yield response
+    finally:
+        await response.aclose()
+
+
+async def read_content_chunks(response: httpx.Response, count: int) -> None:
+    seen = 0
+    async for raw in response.aiter_raw():
+        seen += raw.count(b'"text":"') - raw.count(b'"text":""')
+        if seen >= count:
+            return
+
+
+async def test_disconnect_mid_stream(idle_engine: Engine, gateway: Gateway) -> None:
+    before_tokens = idle_engine.metric("vllm:generation_tokens_total")
+    before = cancels(gateway, "streaming")
+    async with (
+        httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
+        open_stream(http, "/v1/completions", {**LONG, "prompt": "The river"}) as response,
+    ):
+        assert response.status_code == 200
+        await read_content_chunks(response, 5)
+    left = time.monotonic()
+    took = seconds_until_idle(idle_engine, left)
+    generated = idle_engine.metric("vllm:generation_tokens_total") - before_tokens
+    print(
+        f"\nmid-stream disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens generated"
+    )
+    assert generated < 500
+    assert wait_until(lambda: cancels(gateway, "streaming") == before + 1, timeout=5)
+    assert gateway.metric("gateway_requests_in_flight") == 0
+
+
+async def test_disconnect_during_a_non_streaming_call(
+    idle_engine: Engine, gateway: Gateway
+) -> None:
+    before_tokens = idle_engine.metric("vllm:generation_tokens_total")
+    before = cancels(gateway, "non_streaming")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=0.3) as http:
+        try:
+            await http.post("/v1/completions", json={**LONG, "prompt": "The orchard"})
+        except httpx.ReadTimeout:
+            pass
+        else:
+            raise AssertionError("the call finished before the client gave up")
+    left = time.monotonic()
+    took = seconds_until_idle(idle_engine, left)
+    generated = idle_engine.metric("vllm:generation_tokens_total") - before_tokens
+    print(
+        f"\nnon-streaming disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens generated"
+    )
+    assert generated < 500
+    assert wait_until(lambda: cancels(gateway, "non_streaming") == before + 1, timeout=5)
+
+
+async def test_disconnect_while_waiting_for_the_first_token(
+    idle_engine: Engine, gateway: Gateway
+) -> None:
+    """The engine is saturated (every sequence slot taken), so the request
+    waits in the engine's queue; the client leaves before its first token."""
+    before = cancels(gateway, "waiting_first_token")
+    async with httpx.AsyncClient(base_url=idle_engine.url, timeout=120) as direct:
+        blockers = [
+            await direct.send(
+                direct.build_request(
+                    "POST",
+                    "/v1/completions",
+                    json={**LONG, "prompt": f"Blocker {i}", "stream": True},
+                ),
+                stream=True,
+            )
+            for i in range(ENGINE_MAX_NUM_SEQS)
+        ]
+        try:
+            assert wait_until(
+                lambda: idle_engine.metric("vllm:num_requests_running") == ENGINE_MAX_NUM_SEQS,
+                timeout=10,
+            )
+            async with (
+                httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
+                open_stream(http, "/v1/completions", {**LONG, "prompt": "The museum"}) as response,
+            ):
+                assert response.status_code == 200
+                assert wait_until(
+                    lambda: idle_engine.metric("vllm:num_requests_waiting") >= 1, timeout=10
+                )
+            left = time.monotonic()
+            assert wait_until(
+                lambda: cancels(gateway, "waiting_first_token") == before + 1, timeout=5
+            )
+        finally:
+            # Once the blockers are gone, a request the engine still held would
+            # run to its 1500 tokens.
+            tokens_at_release = idle_engine.metric("vllm:generation_tokens_total")
+            for blocker in blockers:
+                await blocker.aclose()
+    took = seconds_until_idle(idle_engine, left)
+    after_release = idle_engine.metric("vllm:generation_tokens_total") - tokens_at_release
+    print(f"\nwaiting-first-token disconnect: engine idle {took:.3f}s after the client left")
+    assert after_release < 500
+
+
+async def test_fifty_disconnects_leave_nothing_behind(
+    idle_engine: Engine, gateway: Gateway
+) -> None:
+    before = cancels(gateway, "streaming")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        for i in range(50):
+            async with open_stream(
+                http, "/v1/completions", {**LONG, "prompt": f"Round {i}"}
+            ) as response:
+                await read_content_chunks(response, 1)
+    assert wait_until(lambda: engine_idle(idle_engine), timeout=IDLE_WITHIN)
+    assert wait_until(lambda: cancels(gateway, "streaming") == before + 50, timeout=10)
+    assert gateway.metric("gateway_requests_in_flight") == 0
+
+    # The gateway's connections to the engine were closed, not leaked: what
+    # remains is at most a few idle keep-alive connections.
+    engine_port = int(idle_engine.url.rsplit(":", 1)[1])
+    open_to_engine = [
+        conn
+        for conn in psutil.Process(gateway.process.pid).net_connections(kind="tcp")
+        if conn.raddr and conn.raddr.port == engine_port and conn.status == psutil.CONN_ESTABLISHED
+    ]
+    assert len(open_to_engine) <= 3
+
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        reply = await http.post(
+            "/v1/completions", json={**LONG, "prompt": "Still", "max_tokens": 5}
+        )
+    assert reply.status_code == 200
+    assert reply.json()["usage"]["completion_tokens"] == 5
+
+
+async def test_concurrent_disconnects_mid_stream(idle_engine: Engine, gateway: Gateway) -> None:
+    """Disconnects that land together are each noticed."""
+    before = cancels(gateway, "streaming")
+
+    async def one(i: int) -> None:
+        async with (
+            httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
+            open_stream(http, "/v1/completions", {**LONG, "prompt": f"Many {i}"}) as response,
+        ):
+            await read_content_chunks(response, 3)
+
+    await asyncio.gather(*(one(i) for i in range(6)))
+    assert wait_until(lambda: engine_idle(idle_engine), timeout=IDLE_WITHIN)
+    assert wait_until(lambda: cancels(gateway, "streaming") == before + 6, timeout=10)

@@ -1,0 +1,80 @@
+"""Graceful shutdown: SIGTERM drains in-flight streams before the gateway exits."""
+
+import asyncio
+import json
+import signal
+
+import httpx
+
+from tests.conftest import MODEL, Engine, StartGateway, wait_until
+
+LONG = {"model": MODEL, "prompt": "The city built a bridge", "ignore_eos": True, "stream": True}
+
+
+async def test_sigterm_lets_a_running_stream_finish(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    gateway = start_gateway(
+        idle_engine.url, admission="off", drain_grace_seconds=20, shutdown_timeout=30
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        request = http.build_request("POST", "/v1/completions", json={**LONG, "max_tokens": 1500})
+        response = await http.send(request, stream=True)
+        chunks = response.aiter_raw()
+        received = b""
+        async for raw in chunks:
+            received += raw
+            if b'"text"' in received:
+                break
+        gateway.process.signal(signal.SIGTERM)
+
+        # Draining: not ready, and new requests are turned away with a reason.
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as other:
+            for _ in range(50):
+                if (await other.get("/health/ready")).status_code == 503:
+                    break
+                await asyncio.sleep(0.05)
+            ready = await other.get("/health/ready")
+            refused = await other.post(
+                "/v1/completions", json={"model": MODEL, "prompt": "late", "max_tokens": 2}
+            )
+        assert ready.status_code == 503
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "draining"
+        assert int(refused.headers["retry-after"]) >= 1
+
+        async for raw in chunks:
+            received += raw
+        await response.aclose()
+    assert received.endswith(b"data: [DONE]\n\n")
+    assert b'"error"' not in received
+    assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
+
+
+async def test_streams_still_open_after_the_grace_period_end_with_an_error_event(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    gateway = start_gateway(
+        idle_engine.url, admission="off", drain_grace_seconds=0.5, shutdown_timeout=10
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        request = http.build_request("POST", "/v1/completions", json={**LONG, "max_tokens": 2000})
+        response = await http.send(request, stream=True)
+        chunks = response.aiter_raw()
+        received = b""
+        async for raw in chunks:
+            received += raw
+            if b'"text"' in received:
+                gateway.process.signal(signal.SIGTERM)
+                break
+        async for raw in chunks:
+            received += raw
+        await response.aclose()
+    last = [event for event in received.split(b"\n\n") if event][-1]
+    assert json.loads(last[6:])["error"]["code"] == "draining"
+    assert b"[DONE]" not in received
+    assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
+    # The engine was told to stop too.
+    assert wait_until(lambda: idle_engine.metric("vllm:num_requests_running") == 0, timeout=10)
