@@ -85,9 +85,7 @@ async def test_disconnect_during_a_non_streaming_call(
     left = time.monotonic()
     took = seconds_until_idle(idle_engine, left)
     generated = idle_engine.metric("vllm:generation_tokens_total") - before_tokens
-    print(
-        f"\nnon-streaming disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens generated"
-    )
+    print(f"\nnon-streaming disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens")
     assert generated < 500
     assert wait_until(lambda: cancels(gateway, "non_streaming") == before + 1, timeout=5)
 

@@ -87,8 +87,8 @@ async def test_a_stall_before_headers_is_a_504(gateway: Gateway, stream: bool) -
 
 
 async def test_readiness_follows_the_engine(fake: FakeEngine, gateway: Gateway) -> None:
-    def ready() -> int:
-        return httpx.get(f"{gateway.url}/health/ready", timeout=5).status_code
+    def ready(path: str = "/health/ready") -> int:
+        return httpx.get(f"{gateway.url}{path}", timeout=5).status_code
 
     assert ready() == 200
     fake.stop()
@@ -97,7 +97,7 @@ async def test_readiness_follows_the_engine(fake: FakeEngine, gateway: Gateway) 
     response = await post_stream(gateway, "awkward")
     assert response.status_code == 503
     assert int(response.headers["retry-after"]) >= 1
-    assert httpx.get(f"{gateway.url}/health/live", timeout=5).status_code == 200
+    assert ready("/health/live") == 200
 
     fake.start()
     assert wait_until(lambda: ready() == 200, timeout=10)
