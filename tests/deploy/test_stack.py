@@ -59,4 +59,3 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         assert alive == [], f"survivors: {[(p.pid, p.name()) for p in alive]}"
     finally:
         stack.stop()
-
