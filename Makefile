@@ -59,6 +59,10 @@ lint: $(VENV)/.ready
 test: setup lint
 	$(VENV)/bin/python -m pytest
 
+# The admission benchmark: starts its own engine and gateways, prints tables.
+bench: setup
+	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
+
 # Regenerate the lock files from pyproject.toml (needs network).
 lock:
 	$(VENV)/bin/pip install --quiet uv

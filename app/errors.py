@@ -92,13 +92,6 @@ class OverCapacity(GatewayError):
         self.reason = reason
 
 
-class TooLargeForEngine(InvalidRequest):
-    """The request alone needs more KV cache than the engine has."""
-
-    code = "context_length_exceeded"
-    reason = "too_large"
-
-
 class EngineUnavailable(GatewayError):
     status = 503
     type = "service_unavailable"

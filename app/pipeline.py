@@ -55,8 +55,13 @@ async def serve_completion(request: Request, route: Route, services: Services) -
     handed_to_stream = False
     try:
         job = await _accept(request, route, record, services)
+
+        async def give_back(ticket: Ticket) -> None:
+            # Admitted just as the client left.
+            ticket.release(record)
+
         ticket = await until_disconnected(
-            request.receive, lambda: services.admission.admit(job, record)
+            request.receive, lambda: services.admission.admit(job, record), discard=give_back
         )
         # From here the request holds engine capacity: ``_release`` gives it
         # back exactly once, here or when the stream closes.

@@ -49,6 +49,7 @@ class RequestRecord:
     priority: str
     telemetry: Telemetry
     arrival: float = field(default_factory=time.perf_counter)
+    arrival_wall: float = field(default_factory=time.time)
     stream: bool = False
     phase: Phase = "received"
     admitted_at: float | None = None
@@ -100,6 +101,7 @@ class RequestRecord:
 
         return {
             "request_id": self.request_id,
+            "arrival_ts": round(self.arrival_wall, 4),
             "route": self.route,
             "tenant": self.tenant,
             "priority": self.priority,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import httpx
 
 from app.admission.base import Admission, Unlimited
+from app.admission.controller import AdmissionController
 from app.drain import Drain
 from app.engine.monitor import EngineMonitor
 from app.metrics import GatewayMetrics
@@ -34,7 +35,13 @@ def build_services(
     metrics = GatewayMetrics()
     engine = EngineClient(settings, transport)
     monitor = EngineMonitor(engine, settings, metrics)
-    admission: Admission = Unlimited()
+    admission: Admission
+    if settings.admission == "on":
+        controller = AdmissionController(settings, metrics)
+        monitor.on_metrics(controller.on_engine_metrics)
+        admission = controller
+    else:
+        admission = Unlimited()
     drain.on_begin(admission.start_draining)
     return Services(
         settings=settings,

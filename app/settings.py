@@ -53,6 +53,18 @@ class Settings(BaseSettings):
 
     # Admission control (``off`` keeps validation, metrics and auth).
     admission: Literal["on", "off"] = "on"
+    # Requests admitted at once, whatever the KV budget (set it to the
+    # engine's --max-num-seqs or a little above).
+    max_concurrency: int = Field(256, ge=1)
+    queue_max_depth: int = Field(512, ge=0)
+    # How long a request may wait in the queue before it gets 429.
+    queue_timeout: float = Field(30.0, gt=0)
+    # The engine's KV cache, when it should not be read from its /metrics.
+    kv_blocks: int | None = Field(None, ge=1)
+    kv_block_size: int = Field(16, ge=1)
+    # Overcommit of the KV budget: where it starts and how far it may grow.
+    overcommit_initial: float = Field(1.0, ge=0.5)
+    overcommit_max: float = Field(4.0, ge=1.0)
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

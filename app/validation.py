@@ -60,6 +60,7 @@ class CompletionJob:
     wants_usage: bool
     prompt_text: str
     prompt_token_ids: int
+    max_model_len: int | None
 
     def upstream_body(self) -> bytes:
         """The body sent to the engine: the client's, plus a request for the
@@ -146,6 +147,7 @@ def check_request(
         wants_usage=wants_usage,
         prompt_text=text,
         prompt_token_ids=token_ids,
+        max_model_len=max_model_len,
     )
 
 

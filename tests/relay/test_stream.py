@@ -86,6 +86,13 @@ async def test_a_stall_before_headers_is_a_504(gateway: Gateway, stream: bool) -
     assert response.json()["error"]["code"] == "engine_timeout"
 
 
+async def test_an_engine_503_is_passed_on_with_retry_after(gateway: Gateway) -> None:
+    response = await post_stream(gateway, "busy")
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "7"
+    assert response.json()["error"]["message"] == "queue full"
+
+
 async def test_readiness_follows_the_engine(fake: FakeEngine, gateway: Gateway) -> None:
     def ready(path: str = "/health/ready") -> int:
         return httpx.get(f"{gateway.url}{path}", timeout=5).status_code

@@ -48,7 +48,7 @@ def awkward_stream() -> list[bytes]:
 
 
 class FakeEngine:
-    MODELS = ("awkward", "dies", "stalls", "stalls-before-headers", "no-done")
+    MODELS = ("awkward", "dies", "stalls", "stalls-before-headers", "no-done", "busy")
 
     def __init__(self, port: int) -> None:
         self.port = port
@@ -102,6 +102,15 @@ class FakeEngine:
         model = body["model"]
         if model == "stalls-before-headers":
             await asyncio.sleep(3600)
+        if model == "busy":
+            # vLLM's own queue limits (--max-num-queued-reqs) answer like this.
+            error = {
+                "message": "queue full",
+                "type": "ServiceUnavailable",
+                "param": None,
+                "code": 503,
+            }
+            return JSONResponse({"error": error}, status_code=503, headers={"Retry-After": "7"})
         stream = {
             "awkward": self._awkward,
             "dies": self._dies,

@@ -1,0 +1,196 @@
+"""Admission control in the running gateway: the policy, fed with live facts.
+
+The controller turns a checked request into a KV demand, puts it through the
+policy's queue, and wakes it when it is admitted. It feeds the policy the
+engine's capacity and preemption counter (from the engine monitor's reads of
+``/metrics``) and what completed requests actually used.
+"""
+
+import asyncio
+import time
+
+from app.admission.estimate import PromptTokenEstimator
+from app.admission.policy import (
+    AdmissionPolicy,
+    PolicyConfig,
+    QueueFull,
+    Reservation,
+    Waiter,
+)
+from app.engine.stats import parse_engine_stats
+from app.errors import Draining, OverCapacity
+from app.metrics import GatewayMetrics
+from app.record import RequestRecord
+from app.settings import Settings
+from app.validation import CompletionJob
+
+
+class AdmissionController:
+    def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
+        self.policy = AdmissionPolicy(
+            PolicyConfig(
+                max_concurrency=settings.max_concurrency,
+                max_queue_depth=settings.queue_max_depth,
+                initial_factor=settings.overcommit_initial,
+                max_factor=settings.overcommit_max,
+                max_wait=settings.queue_timeout,
+            )
+        )
+        self.estimator = PromptTokenEstimator()
+        self._metrics = metrics
+        self._queue_timeout = settings.queue_timeout
+        self._retry_after_unavailable = settings.retry_after_unavailable
+        self._capacity_fixed = settings.kv_blocks is not None
+        if settings.kv_blocks is not None:
+            self.policy.set_capacity(settings.kv_blocks, settings.kv_block_size)
+        self._draining = False
+        self._publish()
+
+    # --- the Admission protocol ---------------------------------------------
+
+    async def admit(self, job: CompletionJob, record: RequestRecord) -> "Ticket":
+        if self._draining:
+            raise self._draining_error()
+        prompt = self._prompt_tokens(job)
+        output = job.max_tokens or max(1, (job.max_model_len or prompt + 1) - prompt)
+        now = time.monotonic()
+        waiter = Waiter(
+            tenant=record.tenant,
+            priority=record.priority,
+            tokens=(prompt + output) * job.n,
+            arrival=now,
+            deadline=now + self._queue_timeout,
+        )
+        future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
+        waiter.handle = future
+        try:
+            self.policy.enqueue(waiter, self.policy.blocks_for(prompt + output) * job.n, now)
+        except QueueFull as full:
+            raise OverCapacity(
+                "the gateway's queue is full; retry after the time given in Retry-After",
+                reason="queue_full",
+                retry_after=full.retry_after,
+            ) from None
+        self._dispatch()
+        if not future.done():
+            record.phase = "queued"
+            await self._wait(waiter, future)
+        reservation = future.result()
+        self._metrics.queue_wait.observe(time.monotonic() - waiter.arrival)
+        return Ticket(self, reservation, job, prompt)
+
+    async def _wait(self, waiter: Waiter, future: "asyncio.Future[Reservation]") -> None:
+        try:
+            # asyncio.wait neither cancels the future on timeout nor when
+            # this task is cancelled: both cases are decided below.
+            await asyncio.wait({future}, timeout=max(0.0, waiter.deadline - time.monotonic()))
+        except BaseException:
+            # The client left while queued.
+            if not self.policy.remove(waiter) and future.done() and future.exception() is None:
+                # Admitted at the moment the client left: hand it straight back.
+                self.give_back(future.result())
+            self._publish()
+            raise
+        if not future.done() and self.policy.remove(waiter):
+            self._publish()
+            raise self._queue_timeout_error(waiter.tokens)
+
+    def start_draining(self) -> None:
+        self._draining = True
+        for waiter in self.policy.drain_queue():
+            future = waiter.handle
+            assert isinstance(future, asyncio.Future)
+            if not future.done():
+                future.set_exception(self._draining_error())
+        self._publish()
+
+    # --- engine facts ---------------------------------------------------------
+
+    def on_engine_metrics(self, text: str) -> None:
+        stats = parse_engine_stats(text)
+        if not self._capacity_fixed and stats.num_blocks and stats.block_size:
+            self.policy.set_capacity(stats.num_blocks, stats.block_size)
+        self.policy.observe_engine(stats.preemptions_total, stats.kv_usage)
+        self._dispatch()
+
+    @property
+    def capacity_known(self) -> bool:
+        return self.policy.num_blocks is not None
+
+    # --- internals --------------------------------------------------------------
+
+    def _prompt_tokens(self, job: CompletionJob) -> int:
+        estimate = job.prompt_token_ids
+        if job.prompt_text or not estimate:
+            estimate += self.estimator.estimate(job.route, len(job.prompt_text))
+        return estimate
+
+    def _dispatch(self) -> None:
+        admitted, expired = self.policy.pop_admissible(time.monotonic())
+        for waiter, reservation in admitted:
+            future = waiter.handle
+            assert isinstance(future, asyncio.Future)
+            future.set_result(reservation)
+        for waiter in expired:
+            future = waiter.handle
+            assert isinstance(future, asyncio.Future)
+            future.set_exception(self._queue_timeout_error(waiter.tokens))
+        self._publish()
+
+    def _queue_timeout_error(self, tokens: int) -> OverCapacity:
+        return OverCapacity(
+            f"waited {self._queue_timeout:g}s in the gateway's queue; retry after the time"
+            " given in Retry-After",
+            reason="queue_timeout",
+            retry_after=self.policy.retry_after(time.monotonic(), tokens),
+        )
+
+    def give_back(self, reservation: Reservation, used: tuple[int, int] | None = None) -> None:
+        self.policy.release(reservation, used)
+        self._dispatch()
+
+    def _draining_error(self) -> Draining:
+        return Draining(
+            "the gateway is shutting down; retry on another instance",
+            retry_after=self._retry_after_unavailable,
+        )
+
+    def _publish(self) -> None:
+        m, policy = self._metrics, self.policy
+        block = policy.block_size or 1
+        for priority, depth in policy.queued_by_priority().items():
+            m.queue_depth.labels(priority).set(depth)
+        m.kv_reserved.set(policy.reserved_blocks * block)
+        if policy.capacity_tokens is not None and policy.budget_blocks is not None:
+            m.kv_capacity.set(policy.capacity_tokens)
+            m.kv_budget.set(policy.budget_blocks * block)
+
+
+class Ticket:
+    """An admitted request's reservation, given back exactly once."""
+
+    def __init__(
+        self,
+        controller: AdmissionController,
+        reservation: Reservation,
+        job: CompletionJob,
+        prompt: int,
+    ) -> None:
+        self._controller = controller
+        self._reservation = reservation
+        self._job = job
+        self._prompt_estimate = prompt
+
+    def release(self, record: RequestRecord) -> None:
+        if self._reservation.released:
+            return
+        used = None
+        if record.outcome == "completed" and record.completion_tokens is not None:
+            prompt = (record.prompt_tokens or self._prompt_estimate) * self._job.n
+            used = (prompt, record.completion_tokens)
+            job = self._job
+            if record.prompt_tokens and job.prompt_text and not job.prompt_token_ids:
+                self._controller.estimator.observe(
+                    job.route, len(job.prompt_text), record.prompt_tokens
+                )
+        self._controller.give_back(self._reservation, used)

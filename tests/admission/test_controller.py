@@ -1,0 +1,201 @@
+"""Admission control in a running gateway, against the real engine."""
+
+import asyncio
+import contextlib
+import json
+import random
+import signal
+
+import httpx
+
+from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle, wait_until
+
+LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
+
+
+async def start_blocker(http: httpx.AsyncClient) -> httpx.Response:
+    """A long stream that holds the gateway's only admission slot."""
+    request = http.build_request(
+        "POST", "/v1/completions", json={**LONG, "prompt": "Blocker", "stream": True}
+    )
+    response = await http.send(request, stream=True)
+    assert response.status_code == 200
+    return response
+
+
+def access_log(gateway: Gateway) -> list[dict[str, object]]:
+    entries = []
+    for line in gateway.process.log_text().splitlines():
+        if line.startswith('{"ts"'):
+            entries.append(json.loads(line))
+    return entries
+
+
+def queue_depth(gateway: Gateway) -> float:
+    return gateway.metric("gateway_queue_depth")
+
+
+async def test_tenants_get_a_fair_share_of_admitted_tokens(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    """Tenant A sends ten times B's load at equal priority; while both have
+    requests waiting, B gets at least 40% of the tokens admitted."""
+    gateway = start_gateway(idle_engine.url, max_concurrency=2, queue_timeout=300)
+
+    async def one(http: httpx.AsyncClient, tenant: str, i: int) -> None:
+        reply = await http.post(
+            "/v1/completions",
+            json={
+                "model": MODEL,
+                "prompt": f"Tenant {tenant} asks {i}",
+                "max_tokens": 32,
+                "ignore_eos": True,
+            },
+            headers={"X-Tenant-Id": tenant, "X-Request-Id": f"fair-{tenant}-{i}"},
+        )
+        assert reply.status_code == 200
+
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=300) as http:
+        await asyncio.gather(
+            *(one(http, "A", i) for i in range(40)), *(one(http, "B", i) for i in range(4))
+        )
+
+    entries = [e for e in access_log(gateway) if str(e["request_id"]).startswith("fair-")]
+    assert len(entries) == 44
+    for entry in entries:
+        entry["admitted"] = float(entry["arrival_ts"]) + float(entry["queue_s"])  # type: ignore[arg-type]
+        entry["tokens"] = int(entry["prompt_tokens"]) + int(entry["completion_tokens"])  # type: ignore[call-overload]
+    b_entries = [e for e in entries if e["tenant"] == "B"]
+    window_start = max(float(e["arrival_ts"]) for e in b_entries)  # type: ignore[arg-type]
+    window_end = max(float(e["admitted"]) for e in b_entries)  # type: ignore[arg-type]
+    admitted = [e for e in entries if window_start <= float(e["admitted"]) <= window_end]  # type: ignore[arg-type]
+    tokens = {"A": 0, "B": 0}
+    for entry in admitted:
+        tokens[str(entry["tenant"])] += int(entry["tokens"])  # type: ignore[call-overload]
+    share = tokens["B"] / (tokens["A"] + tokens["B"])
+    print(f"\nB's share of admitted tokens while both waited: {share:.0%} ({tokens})")
+    assert share >= 0.40
+
+
+async def test_a_client_that_leaves_while_queued_never_reaches_the_engine(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    gateway = start_gateway(idle_engine.url, max_concurrency=1)
+    prompt_tokens = idle_engine.metric("vllm:prompt_tokens_total")
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        blocker = await start_blocker(http)
+        try:
+            async with httpx.AsyncClient(base_url=gateway.url, timeout=0.5) as impatient:
+                # A prompt of 1,200 token ids: if it reached the engine, the
+                # engine's prompt token counter would show it.
+                prompt = [random.randrange(10, 1000) for _ in range(1200)]
+                with contextlib.suppress(httpx.ReadTimeout):
+                    await impatient.post("/v1/completions", json={**LONG, "prompt": prompt})
+            assert wait_until(
+                lambda: gateway.metric("gateway_cancellations_total", phase="queued") == 1,
+                timeout=5,
+            )
+            assert queue_depth(gateway) == 0
+        finally:
+            await blocker.aclose()
+    assert wait_until(lambda: engine_idle(idle_engine), timeout=10)
+    assert idle_engine.metric("vllm:prompt_tokens_total") - prompt_tokens < 1200
+    assert wait_until(lambda: gateway.metric("gateway_kv_tokens_reserved") == 0, timeout=5)
+
+
+async def test_a_full_queue_and_a_passed_deadline_get_429_with_retry_after(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    gateway = start_gateway(
+        idle_engine.url, max_concurrency=1, queue_max_depth=1, queue_timeout=1.5
+    )
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        blocker = await start_blocker(http)
+        try:
+            waiting = asyncio.create_task(
+                http.post("/v1/completions", json={**LONG, "prompt": "second"})
+            )
+            assert await asyncio.to_thread(wait_until, lambda: queue_depth(gateway) == 1, 5)
+            full = await http.post("/v1/completions", json={**LONG, "prompt": "third"})
+            timed_out = await waiting
+        finally:
+            await blocker.aclose()
+    assert full.status_code == 429
+    assert full.json()["error"]["code"] == "over_capacity"
+    assert int(full.headers["retry-after"]) >= 1
+    assert timed_out.status_code == 429
+    assert "waited" in timed_out.json()["error"]["message"]
+    assert int(timed_out.headers["retry-after"]) >= 1
+    assert gateway.metric("gateway_rejections_total", reason="queue_full") == 1
+    assert gateway.metric("gateway_rejections_total", reason="queue_timeout") == 1
+
+
+async def test_draining_turns_queued_requests_away(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    gateway = start_gateway(idle_engine.url, max_concurrency=1, drain_grace_seconds=20)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        blocker = await start_blocker(http)
+        queued = asyncio.create_task(http.post("/v1/completions", json={**LONG, "prompt": "q"}))
+        assert await asyncio.to_thread(wait_until, lambda: queue_depth(gateway) == 1, 5)
+        gateway.process.signal(signal.SIGTERM)
+        refused = await queued
+        body = b"".join([chunk async for chunk in blocker.aiter_raw()])
+        await blocker.aclose()
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "draining"
+    assert body.endswith(b"data: [DONE]\n\n")
+    assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
+
+
+async def test_nothing_is_lost_at_three_times_overload_with_cancellations(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    """Every request ends in exactly one outcome, and afterwards nothing is
+    left queued, in flight or reserved."""
+    gateway = start_gateway(idle_engine.url, queue_max_depth=16, queue_timeout=4)
+    rng = random.Random(3)
+    sent = 72
+
+    async def one(i: int) -> None:
+        body = {
+            "model": MODEL,
+            "prompt": f"Overload {i}",
+            "max_tokens": 200,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        # A third of the clients give up, queued or mid-stream; late enough
+        # that their request has reached the gateway's route.
+        patience = rng.uniform(1.0, 3.0) if i % 3 == 0 else None
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=120) as http:
+            try:
+                async with asyncio.timeout(patience):
+                    async with http.stream("POST", "/v1/completions", json=body) as response:
+                        async for _ in response.aiter_raw():
+                            pass
+            except TimeoutError:
+                pass  # this client gave up (queued or mid-stream)
+
+    await asyncio.gather(*(one(i) for i in range(sent)))
+
+    def settled() -> bool:
+        return (
+            gateway.metric("gateway_requests_total") == sent
+            and gateway.metric("gateway_requests_in_flight") == 0
+            and queue_depth(gateway) == 0
+            and gateway.metric("gateway_kv_tokens_reserved") == 0
+        )
+
+    assert await asyncio.to_thread(wait_until, settled, 15)
+    outcomes = {
+        outcome: gateway.metric("gateway_requests_total", outcome=outcome)
+        for outcome in ("completed", "rejected", "cancelled", "failed")
+    }
+    print(f"\noutcomes of {sent} requests: {outcomes}")
+    assert sum(outcomes.values()) == sent
+    assert outcomes["failed"] == 0
+    assert outcomes["rejected"] > 0
+    assert outcomes["cancelled"] > 0
+    assert outcomes["completed"] > 0
+    assert wait_until(lambda: engine_idle(idle_engine), timeout=15)
