@@ -71,14 +71,6 @@ class BodyTooLarge(InvalidRequest):
     reason = "too_large"
 
 
-class Unauthorized(GatewayError):
-    status = 401
-    type = "authentication_error"
-    code = "invalid_api_key"
-    outcome = "rejected"
-    reason = "unauthorized"
-
-
 class OverCapacity(GatewayError):
     """Admission refused: the queue is full or the request's deadline passed."""
 

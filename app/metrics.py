@@ -11,10 +11,8 @@ OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 REJECTION_REASONS = (
     "invalid",
     "too_large",
-    "unauthorized",
     "queue_full",
     "queue_timeout",
-    "rate_limited",
     "unavailable",
     "draining",
 )

@@ -43,6 +43,7 @@ def build_services(
     else:
         admission = Unlimited()
     drain.on_begin(admission.start_draining)
+    drain.on_begin(lambda: metrics.draining.set(1))
     return Services(
         settings=settings,
         metrics=metrics,

@@ -1,0 +1,434 @@
+"""Generate the Grafana dashboards from code, with Grafana's own types.
+
+    .venv/bin/python -m dashboards.build      # rewrites dashboards/*.json
+
+Three dashboards share one datasource variable and one model variable:
+
+- **vLLM gateway**: what the gateway does — outcomes, queue, refusals,
+  cancellations, latency as the client sees it, the KV budget;
+- **vLLM engine**: what vLLM does — running and waiting, KV cache, preemptions,
+  tokens, its own latencies, finish reasons;
+- **Degradation**: the two-stage story on one screen — offered load against
+  throughput, latency, KV usage, preemptions and the gateway's queue, so the
+  graceful range and the knee are visible.
+
+Quantiles come from the recording rules in ``deploy/prometheus/rules`` (one
+evaluation per interval, not one per panel refresh); rates use
+``$__rate_interval``. The tests check that the JSON files match this code and
+run every panel's query against a real Prometheus.
+"""
+
+import json
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, text, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
+
+HERE = Path(__file__).resolve().parent
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+MODEL = 'model_name=~"$model"'
+RATE = "$__rate_interval"
+
+Query = tuple[str, str]  # (PromQL, legend)
+
+
+def _targets(panel: timeseries.Panel | stat.Panel, queries: list[Query]) -> None:
+    for index, (expr, legend) in enumerate(queries):
+        panel.with_target(
+            prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(chr(ord("A") + index))
+        )
+
+
+def graph(
+    title: str, queries: list[Query], unit: str = "short", description: str = "", span: int = 12
+) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(span)
+        .height(8)
+        .fill_opacity(10)
+    )
+    _targets(panel, queries)
+    return panel
+
+
+def single(title: str, query: Query, unit: str = "short", description: str = "") -> stat.Panel:
+    panel = (
+        stat.Panel()
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(6)
+        .height(4)
+    )
+    _targets(panel, [query])
+    return panel
+
+
+def _base(title: str, uid: str, description: str) -> dashboard.Dashboard:
+    return (
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["vllm", "vllm-gateway"])
+        .refresh("10s")
+        .time("now-30m", "now")
+        .with_variable(
+            dashboard.DatasourceVariable("datasource").label("Datasource").type("prometheus")
+        )
+        .with_variable(
+            dashboard.QueryVariable("model")
+            .label("Model")
+            .datasource(DATASOURCE)
+            .query("label_values(vllm:num_requests_running, model_name)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .include_all(True)
+            .all_value(".*")
+        )
+    )
+
+
+def gateway_dashboard() -> dashboard.Dashboard:
+    return (
+        _base(
+            "vLLM gateway",
+            "vllm-gateway",
+            "The gateway in front of vLLM: traffic, refusals, latency, KV budget.",
+        )
+        .with_row(dashboard.Row("Traffic"))
+        .with_panel(
+            graph(
+                "Requests by outcome",
+                [(f"sum by (outcome) (rate(gateway_requests_total[{RATE}]))", "{{outcome}}")],
+                "reqps",
+                "Every request that reaches a route ends in one outcome.",
+            )
+        )
+        .with_panel(
+            graph(
+                "In flight and queued",
+                [
+                    ("sum(gateway_requests_in_flight)", "in flight"),
+                    ("sum by (priority) (gateway_queue_depth)", "queued {{priority}}"),
+                ],
+                description="A queue that never empties means the engine is at capacity.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Rejections by reason",
+                [(f"sum by (reason) (rate(gateway_rejections_total[{RATE}]))", "{{reason}}")],
+                "reqps",
+                "Refused before the engine saw them: bad input, queue full or timed out, engine down, draining.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Cancellations by phase",
+                [(f"sum by (phase) (rate(gateway_cancellations_total[{RATE}]))", "{{phase}}")],
+                "reqps",
+                "Clients that left; the engine's work for them was stopped.",
+            )
+        )
+        .with_row(dashboard.Row("Latency as clients see it"))
+        .with_panel(
+            graph(
+                "Time to first token",
+                [("job:gateway_time_to_first_token_seconds:quantile_1m", "p{{quantile}} {{job}}")],
+                "s",
+                "Arrival at the gateway to first token sent: queue wait included.",
+                span=6,
+            )
+        )
+        .with_panel(
+            graph(
+                "Inter-token latency",
+                [("job:gateway_inter_token_latency_seconds:quantile_1m", "p{{quantile}} {{job}}")],
+                "s",
+                span=6,
+            )
+        )
+        .with_panel(
+            graph(
+                "Queue wait",
+                [("job:gateway_queue_wait_seconds:quantile_1m", "p{{quantile}} {{job}}")],
+                "s",
+                span=6,
+            )
+        )
+        .with_panel(
+            graph(
+                "Request duration",
+                [("job:gateway_request_duration_seconds:quantile_1m", "p{{quantile}} {{job}}")],
+                "s",
+                span=6,
+            )
+        )
+        .with_row(dashboard.Row("Capacity"))
+        .with_panel(
+            graph(
+                "KV tokens: reserved, budget, capacity",
+                [
+                    ("sum(gateway_kv_tokens_reserved)", "reserved"),
+                    ("sum(gateway_kv_tokens_budget)", "budget (capacity x overcommit)"),
+                    ("sum(gateway_kv_tokens_capacity)", "engine capacity"),
+                ],
+                description="Admission keeps reserved under the budget; the budget shrinks when the engine preempts.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Tokens through the gateway",
+                [(f"sum by (kind) (rate(gateway_tokens_total[{RATE}]))", "{{kind}}")],
+                "short",
+                "Prompt and completion tokens of completed and cancelled requests, per second.",
+            )
+        )
+        .with_panel(single("Engine reachable", ("min(gateway_upstream_up)", "up")))
+        .with_panel(single("Draining", ("max(gateway_draining)", "draining")))
+    )
+
+
+def engine_dashboard() -> dashboard.Dashboard:
+    return (
+        _base("vLLM engine", "vllm-engine", "vLLM's own metrics, scraped from the engine.")
+        .with_row(dashboard.Row("Scheduler and memory"))
+        .with_panel(
+            graph(
+                "Running and waiting requests",
+                [
+                    (f"sum(vllm:num_requests_running{{{MODEL}}})", "running"),
+                    (f"sum(vllm:num_requests_waiting{{{MODEL}}})", "waiting (incl. preempted)"),
+                ],
+            )
+        )
+        .with_panel(
+            graph(
+                "KV cache usage",
+                [(f"max(vllm:kv_cache_usage_perc{{{MODEL}}})", "used")],
+                "percentunit",
+            )
+        )
+        .with_panel(
+            graph(
+                "Preemptions",
+                [(f"sum(rate(vllm:num_preemptions_total{{{MODEL}}}[{RATE}]))", "preemptions/s")],
+                "short",
+                "Running requests whose KV cache was freed to be recomputed later: past the knee.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Tokens",
+                [
+                    (f"sum(rate(vllm:prompt_tokens_total{{{MODEL}}}[{RATE}]))", "prompt/s"),
+                    (f"sum(rate(vllm:generation_tokens_total{{{MODEL}}}[{RATE}]))", "generated/s"),
+                ],
+            )
+        )
+        .with_row(dashboard.Row("Engine latency"))
+        .with_panel(
+            graph(
+                "Time to first token (engine)",
+                [
+                    (
+                        f"model_name:vllm_time_to_first_token_seconds:quantile_1m{{{MODEL}}}",
+                        "p{{quantile}}",
+                    )
+                ],
+                "s",
+                span=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "Inter-token latency (engine)",
+                [
+                    (
+                        f"model_name:vllm_inter_token_latency_seconds:quantile_1m{{{MODEL}}}",
+                        "p{{quantile}}",
+                    )
+                ],
+                "s",
+                span=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "Time in the engine's queue",
+                [
+                    (
+                        f"model_name:vllm_request_queue_time_seconds:quantile_1m{{{MODEL}}}",
+                        "p{{quantile}}",
+                    )
+                ],
+                "s",
+                span=8,
+            )
+        )
+        .with_row(dashboard.Row("Outcomes and cache"))
+        .with_panel(
+            graph(
+                "Finish reasons",
+                [
+                    (
+                        f"sum by (finished_reason) (rate(vllm:request_success_total{{{MODEL}}}[{RATE}]))",
+                        "{{finished_reason}}",
+                    )
+                ],
+                "reqps",
+                "Aborted requests are not counted by vLLM: see the gateway's cancellations.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Prefix cache hit rate",
+                [
+                    (
+                        f"sum(rate(vllm:prefix_cache_hits_total{{{MODEL}}}[{RATE}]))"
+                        f" / sum(rate(vllm:prefix_cache_queries_total{{{MODEL}}}[{RATE}]))",
+                        "hits",
+                    )
+                ],
+                "percentunit",
+            )
+        )
+        .with_panel(
+            single(
+                "KV cache blocks",
+                (
+                    f"max by (num_gpu_blocks, block_size) (vllm:cache_config_info{{{MODEL}}})",
+                    "{{num_gpu_blocks}} x {{block_size}}",
+                ),
+                description="num_gpu_blocks x block_size tokens.",
+            )
+        )
+    )
+
+
+DIAGNOSIS = """\
+**Reading it.** Raise the offered load and watch two stages:
+
+1. *Graceful*: throughput rises, then flattens; latency rises; no preemptions.
+2. *Knee*: KV cache usage reaches 100%, preemptions start, the engine's waiting
+   queue stays non-empty, latency jumps for everyone.
+
+With admission on, the excess shows as the gateway's queue and 429s instead.
+Full memory + little useful work = a memory problem; empty memory + little
+useful work = a scheduling problem; a persistently non-empty waiting queue =
+at capacity, whatever utilisation says.
+"""
+
+
+def degradation_dashboard() -> dashboard.Dashboard:
+    return (
+        _base("Degradation", "vllm-degradation", "Graceful, then preemption: where is the knee?")
+        .with_panel(
+            graph(
+                "Offered load and throughput",
+                [
+                    (
+                        "sum(gateway_requests_in_flight) + sum(gateway_queue_depth)",
+                        "at the gateway (in flight + queued)",
+                    ),
+                    (
+                        f"sum(vllm:num_requests_running{{{MODEL}}}) + sum(vllm:num_requests_waiting{{{MODEL}}})",
+                        "at the engine (running + waiting)",
+                    ),
+                    (
+                        f"sum(rate(vllm:generation_tokens_total{{{MODEL}}}[{RATE}])) / 100",
+                        "generated tokens/s ÷ 100",
+                    ),
+                ],
+                description="Concurrency against useful work: throughput flattens at saturation.",
+                span=16,
+            )
+        )
+        .with_panel(text.Panel().title("How to read this").content(DIAGNOSIS).span(8).height(8))
+        .with_panel(
+            graph(
+                "Time to first token, p99",
+                [
+                    (
+                        'job:gateway_time_to_first_token_seconds:quantile_1m{quantile="0.99"}',
+                        "gateway (with queue)",
+                    ),
+                    (
+                        f'model_name:vllm_time_to_first_token_seconds:quantile_1m{{quantile="0.99", {MODEL}}}',
+                        "engine",
+                    ),
+                ],
+                "s",
+                span=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "KV cache usage",
+                [(f"max(vllm:kv_cache_usage_perc{{{MODEL}}})", "used")],
+                "percentunit",
+                span=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "Preemptions",
+                [(f"sum(rate(vllm:num_preemptions_total{{{MODEL}}}[{RATE}]))", "preemptions/s")],
+                span=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "Queues",
+                [
+                    ("sum(gateway_queue_depth)", "gateway queue"),
+                    (f"sum(vllm:num_requests_waiting{{{MODEL}}})", "engine waiting"),
+                ],
+                span=12,
+            )
+        )
+        .with_panel(
+            graph(
+                "Capacity refusals",
+                [
+                    (
+                        f'sum by (reason) (rate(gateway_rejections_total{{reason=~"queue_full|queue_timeout"}}[{RATE}]))',
+                        "{{reason}}",
+                    )
+                ],
+                "reqps",
+                span=12,
+            )
+        )
+    )
+
+
+DASHBOARDS = {
+    "gateway.json": gateway_dashboard,
+    "engine.json": engine_dashboard,
+    "degradation.json": degradation_dashboard,
+}
+
+
+def render(build: dashboard.Dashboard) -> str:
+    model = json.loads(JSONEncoder().encode(build.build()))
+    # Stable panel ids (Grafana links and alerts refer to them).
+    for number, panel in enumerate(model["panels"], start=1):
+        panel["id"] = number
+    return json.dumps(model, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main() -> None:
+    for name, make in DASHBOARDS.items():
+        (HERE / name).write_text(render(make()), encoding="utf-8")
+        print(f"wrote dashboards/{name}")
+
+
+if __name__ == "__main__":
+    main()
