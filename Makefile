@@ -24,7 +24,7 @@ ENGINE_TORCH_INDEX ?=
 SHAPE ?= degradation
 TARGET ?= gateway
 
-.PHONY: setup up test lint load bench lock clean
+.PHONY: setup up test lint load load-compare bench lock clean
 
 setup: $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready
 
@@ -58,6 +58,15 @@ lint: $(VENV)/.ready
 
 test: setup lint
 	$(VENV)/bin/python -m pytest
+
+# A locust load shape against the running stack (`make up`), with a report in
+# reports/. SHAPE: degradation, spike, ramp, soak; TARGET: gateway or direct.
+load: $(VENV)/.ready
+	$(VENV)/bin/python -m loadtests.run --shape $(SHAPE) --target $(TARGET)
+
+# Two reports side by side: make load-compare A=reports/<run> B=reports/<run>
+load-compare: $(VENV)/.ready
+	$(VENV)/bin/python -m loadtests.compare $(A) $(B)
 
 # The admission benchmark: starts its own engine and gateways, prints tables.
 bench: setup

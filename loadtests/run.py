@@ -1,0 +1,147 @@
+"""``make load``: run a locust shape headless against the running stack, then
+write a report.
+
+    .venv/bin/python -m loadtests.run --shape degradation --target gateway
+
+Writes ``reports/<timestamp>-<shape>-<target>/``: locust's CSVs and HTML
+report, per-request records, the engine's (and gateway's) metrics sampled
+every second, the Prometheus range data of the run window when Prometheus is
+reachable (plus a snapshot of the Degradation dashboard), and the report
+(``summary.md``, ``summary.json``, ``steps.csv``, PNG plots per step).
+
+Locust runs as a subprocess: importing it would patch this process with gevent.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import httpx
+
+from loadtests.report import write_report
+from loadtests.sampler import Sampler
+from loadtests.schedule import DEFAULT_USERS, SHAPES, schedule
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPORTED = {
+    "engine_running": "sum(vllm:num_requests_running)",
+    "engine_waiting": "sum(vllm:num_requests_waiting)",
+    "kv_usage": "max(vllm:kv_cache_usage_perc)",
+    "preemptions": "sum(vllm:num_preemptions_total)",
+    "generation_tokens_per_s": "sum(rate(vllm:generation_tokens_total[15s]))",
+    "gateway_queue": "sum(gateway_queue_depth)",
+    "gateway_in_flight": "sum(gateway_requests_in_flight)",
+    "gateway_rejections": "sum by (reason) (gateway_rejections_total)",
+    "gateway_ttft_p99": 'job:gateway_time_to_first_token_seconds:quantile_1m{quantile="0.99"}',
+}
+
+
+def export_prometheus(prometheus: str, start: float, end: float, run: Path) -> bool:
+    """Save the run window's range data; False if Prometheus is not there."""
+    try:
+        httpx.get(f"{prometheus}/-/ready", timeout=3).raise_for_status()
+    except httpx.HTTPError:
+        return False
+    from dashboards import snapshot
+
+    data = {
+        name: snapshot.range_query(prometheus, expr, start, end, 2.0)
+        for name, expr in EXPORTED.items()
+    }
+    (run / "prometheus.json").write_text(json.dumps(data) + "\n")
+    dashboard = json.loads((ROOT / "dashboards" / "degradation.json").read_text())
+    snapshot.render(dashboard, prometheus, start, end, run / "dashboard-degradation.png")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=SHAPES, default="degradation")
+    parser.add_argument("--target", choices=("gateway", "direct"), default="gateway")
+    parser.add_argument(
+        "--gateway-url", default=os.environ.get("GATEWAY_URL", "http://127.0.0.1:8000")
+    )
+    parser.add_argument(
+        "--engine-url", default=os.environ.get("ENGINE_URL", "http://127.0.0.1:8001")
+    )
+    parser.add_argument(
+        "--prometheus", default=os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "reports")
+    args = parser.parse_args()
+
+    url = args.gateway_url if args.target == "gateway" else args.engine_url
+    try:
+        httpx.get(f"{url}/v1/models", timeout=5).raise_for_status()
+    except httpx.HTTPError as exc:
+        print(f"{url} is not serving ({exc!r}); start the stack with `make up`", file=sys.stderr)
+        return 2
+
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    run = args.out / f"{stamp}-{args.shape}-{args.target}"
+    run.mkdir(parents=True)
+    users = os.environ.get("LOAD_USER_CLASSES", DEFAULT_USERS[args.shape]).split(",")
+    env = {**os.environ, "LOAD_SHAPE": args.shape, "LOAD_RECORDS": str(run / "records.jsonl")}
+    command = [
+        sys.executable,
+        "-m",
+        "locust",
+        "-f",
+        str(ROOT / "loadtests" / "locustfile.py"),
+        "--headless",
+        "--only-summary",
+        "--host",
+        url,
+        "--csv",
+        str(run / "locust"),
+        "--csv-full-history",
+        "--html",
+        str(run / "locust.html"),
+        *users,
+    ]
+    started = time.time()
+    meta = {
+        "shape": args.shape,
+        "target": args.target,
+        "url": url,
+        "started": started,
+        "started_iso": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
+        "stages": [asdict(stage) for stage in schedule(args.shape)],
+        "users": users,
+        "command": f"python -m loadtests.run --shape {args.shape} --target {args.target}",
+        "env": {
+            k: v for k, v in os.environ.items() if k.startswith(("LOAD_", "ENGINE_", "GATEWAY_"))
+        },
+    }
+    (run / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+    sampler = Sampler(
+        args.engine_url,
+        args.gateway_url if args.target == "gateway" else None,
+        run / "samples.jsonl",
+    )
+    sampler.start()
+    with (run / "locust.log").open("wb") as log:
+        code = subprocess.run(
+            command, env=env, cwd=run, stdout=log, stderr=subprocess.STDOUT, check=False
+        ).returncode
+    sampler.stop()
+    ended = time.time()
+
+    if export_prometheus(args.prometheus, started, ended, run):
+        print(f"Prometheus range data saved ({args.prometheus})")
+    else:
+        print(f"no Prometheus at {args.prometheus}: the report uses the sampled metrics only")
+    write_report(run)
+    print((run / "summary.md").read_text())
+    print(f"report: {run}")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

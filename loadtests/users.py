@@ -1,0 +1,207 @@
+"""Locust users modelled on real workloads, streaming over SSE.
+
+Every request is a streaming chat completion. Besides locust's own row for
+the HTTP call, each request reports its time to first token ("TTFT") and its
+mean inter-token gap ("ITL") as rows of their own in locust's statistics, and
+appends one JSON line to ``LOAD_RECORDS`` (when set) for the run report.
+
+Variables: ``LOAD_MODEL`` (default: the first model the target lists),
+``LOAD_MAX_TOKENS`` (256), ``LOAD_IGNORE_EOS`` (1 for fixed lengths; 0 for
+natural ones), ``LOAD_RECORDS`` (a file path).
+"""
+
+import json
+import os
+import random
+import time
+from typing import Any, ClassVar
+
+from locust import HttpUser, constant, events, task
+from locust.env import Environment
+
+from loadtests.meter import StreamMeter
+from loadtests.prompts import Messages, PromptFactory
+
+_prompts = PromptFactory(seed=int(os.environ.get("LOAD_SEED", "0")))
+_settings: dict[str, Any] = {}
+_records: Any = None
+
+
+@events.test_start.add_listener
+def _on_start(environment: Environment, **_: Any) -> None:
+    global _records
+    model = os.environ.get("LOAD_MODEL")
+    if not model:
+        import requests
+
+        listed = requests.get(f"{environment.host}/v1/models", timeout=10).json()
+        model = listed["data"][0]["id"]
+    _settings.update(
+        model=model,
+        max_tokens=int(os.environ.get("LOAD_MAX_TOKENS", "256")),
+        ignore_eos=os.environ.get("LOAD_IGNORE_EOS", "1") == "1",
+    )
+    path = os.environ.get("LOAD_RECORDS")
+    if path:
+        _records = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        _records.write(json.dumps({"event": "test_start", "t": time.time()}) + "\n")
+
+
+@events.test_stop.add_listener
+def _on_stop(**_: Any) -> None:
+    if _records is not None:
+        _records.close()
+
+
+class StreamingUser(HttpUser):
+    abstract = True
+    wait_time = constant(0)
+    label = "chat"
+    max_tokens: ClassVar[int | None] = None
+    # Leave after this many tokens (None: read to the end).
+    abandon_after: ClassVar[tuple[int, int] | None] = None
+
+    def messages(self) -> Messages:
+        raise NotImplementedError
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+    @task
+    def stream(self) -> None:
+        body = {
+            "model": _settings["model"],
+            "messages": self.messages(),
+            "max_tokens": self.max_tokens or _settings["max_tokens"],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if _settings["ignore_eos"]:
+            body["ignore_eos"] = True
+        leave_at = random.randint(*self.abandon_after) if self.abandon_after else None
+        wall = time.time()
+        meter = StreamMeter(started=time.perf_counter())
+        status, abandoned, error = 0, False, None
+        try:
+            with self.client.post(
+                "/v1/chat/completions",
+                json=body,
+                headers=self.headers(),
+                stream=True,
+                catch_response=True,
+                name=self.label,
+            ) as response:
+                status = response.status_code
+                if status != 200:
+                    response.failure(f"{status}")
+                else:
+                    for chunk in response.iter_content(chunk_size=None):
+                        meter.feed(chunk, time.perf_counter())
+                        if leave_at is not None and meter.content_events >= leave_at:
+                            abandoned = True
+                            response.close()
+                            break
+                    response.success()
+        except Exception as exc:  # connection errors are data for the report
+            error = repr(exc)
+        self._report(meter, wall, status, abandoned, error)
+
+    def _report(
+        self, meter: StreamMeter, wall: float, status: int, abandoned: bool, error: str | None
+    ) -> None:
+        fire = self.environment.events.request.fire
+        if meter.ttft is not None:
+            fire(
+                request_type="TTFT",
+                name=self.label,
+                response_time=meter.ttft * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
+        if meter.mean_gap is not None:
+            fire(
+                request_type="ITL",
+                name=self.label,
+                response_time=meter.mean_gap * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
+        if _records is not None:
+            _records.write(
+                json.dumps(
+                    {
+                        "user": self.label,
+                        "start": wall,
+                        "end": time.time(),
+                        "status": status,
+                        "ttft": meter.ttft,
+                        "itl": meter.mean_gap,
+                        "tokens": meter.tokens,
+                        "abandoned": abandoned,
+                        "error": error,
+                    }
+                )
+                + "\n"
+            )
+
+
+class ChatUser(StreamingUser):
+    """Short questions after a shared system prompt (cached by the engine)."""
+
+    weight = 4
+    label = "chat"
+
+    def messages(self) -> Messages:
+        return _prompts.chat()
+
+
+class RAGUser(StreamingUser):
+    """A long shared document, then a varied question: prefix caching's best case."""
+
+    weight = 2
+    label = "rag"
+
+    def messages(self) -> Messages:
+        return _prompts.rag()
+
+
+class SummaryUser(StreamingUser):
+    """A long document of its own, a short answer: all prefill, nothing shared."""
+
+    weight = 1
+    label = "summary"
+    max_tokens = 32
+
+    def messages(self) -> Messages:
+        return _prompts.summary()
+
+
+class AbandoningUser(StreamingUser):
+    """Leaves mid-stream at a random point, as impatient users do."""
+
+    weight = 1
+    label = "abandon"
+    abandon_after = (1, 64)
+
+    def messages(self) -> Messages:
+        return _prompts.chat()
+
+
+class TenantMixUser(StreamingUser):
+    """Several tenants and priorities, as a shared deployment sees them."""
+
+    weight = 2
+    label = "tenants"
+    TENANTS = ("acme", "acme", "acme", "globex", "initech")
+    PRIORITIES = ("high", "normal", "normal", "low")
+
+    def messages(self) -> Messages:
+        return _prompts.chat()
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "X-Tenant-Id": random.choice(self.TENANTS),
+            "X-Priority": random.choice(self.PRIORITIES),
+        }

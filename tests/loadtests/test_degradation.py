@@ -1,0 +1,87 @@
+"""A short degradation sweep against the real engine, through the real tooling.
+
+The session engine has 24 KV blocks and 8 sequence slots. At 1 and 2 users
+nothing is short; at 16 users, requests of 400+ tokens need more KV than
+there is: the engine preempts and keeps a waiting queue. Through the gateway
+with admission on, the excess waits in the gateway instead. Counts only, no
+timings.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import Engine, StartGateway
+from tests.support.procs import ROOT, free_port
+
+SHORT = {"LOAD_STEPS": "1,2,16", "LOAD_STEP_SECONDS": "8", "LOAD_MAX_TOKENS": "400"}
+
+
+def sweep(target: str, url: str, engine: Engine, out: Path) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        "-m",
+        "loadtests.run",
+        "--shape",
+        "degradation",
+        "--target",
+        target,
+        "--gateway-url",
+        url,
+        "--engine-url",
+        engine.url,
+        "--out",
+        str(out),
+        "--prometheus",
+        f"http://127.0.0.1:{free_port()}",
+    ]
+    done = subprocess.run(
+        command,
+        cwd=ROOT,
+        env={**os.environ, **SHORT},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    (run,) = out.iterdir()
+    for name in (
+        "summary.md",
+        "steps.csv",
+        "throughput.png",
+        "preemptions.png",
+        "locust_stats.csv",
+    ):
+        assert (run / name).exists(), name
+    summary: dict[str, Any] = json.loads((run / "summary.json").read_text())
+    return summary
+
+
+def test_direct_to_the_engine_both_phases_show(idle_engine: Engine, tmp_path: Path) -> None:
+    summary = sweep("direct", idle_engine.url, idle_engine, tmp_path / "reports")
+    steps, phases = summary["steps"], summary["phases"]
+    assert [step["users"] for step in steps] == [1, 2, 16]
+    assert all(step["requests"] > 0 for step in steps)
+    assert steps[0]["preemptions"] == 0
+    assert steps[1]["preemptions"] == 0
+    assert steps[2]["preemptions"] > 0
+    assert steps[2]["waiting_share"] >= 0.5
+    assert phases["graceful"] == [0, 1]
+    assert phases["knee"] == 2
+
+
+def test_through_the_gateway_the_excess_waits_in_the_gateway(
+    idle_engine: Engine, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    gateway = start_gateway(idle_engine.url)
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
+    summary = sweep("gateway", gateway.url, idle_engine, tmp_path / "reports")
+    last = summary["steps"][-1]
+    assert last["requests"] > 0
+    assert last["gateway_queue_share"] >= 0.5
+    assert summary["phases"]["gateway_holding"]
+    assert sum(step["preemptions"] for step in summary["steps"]) <= 2
