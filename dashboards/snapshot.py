@@ -51,7 +51,7 @@ def render(
     start: float,
     end: float,
     out: Path,
-    rate_interval: str = "1m",
+    rate_interval: str = "15s",
 ) -> dict[str, int]:
     """Draw the panels; returns how many series each panel drew."""
     import matplotlib

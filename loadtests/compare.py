@@ -44,6 +44,8 @@ def compare(a: Path, b: Path, out: Path) -> Path:
             ]
             axis.plot(users, values, style, label=label(summary))
         axis.set_xscale("log", base=2)
+        steps = [step["users"] for step in runs[0]["steps"]]
+        axis.set_xticks(steps, [str(u) for u in steps])
         axis.set_title(title, fontsize=10)
         axis.set_xlabel("concurrent users", fontsize=8)
         axis.grid(alpha=0.3)

@@ -17,8 +17,8 @@ from loadtests.schedule import Stage
 # A waiting queue counts as persistent when it is non-empty in at least this
 # share of a step's samples.
 PERSISTENT = 0.5
-# Throughput "flattens" when a step adds less than this relative gain.
-FLAT_GAIN = 0.10
+# Throughput has "flattened" once a step reaches this share of the run's best.
+PLATEAU = 0.90
 # The first part of each step is left out: the system is still settling.
 SETTLE = 0.25
 
@@ -112,17 +112,17 @@ def past_knee(step: Step) -> bool:
 
 def detect_phases(steps: Sequence[Step]) -> Phases:
     """Indices of the graceful steps, the knee, the preempting steps, the step
-    where throughput flattens, and the steps where the gateway held load back
-    (a persistent queue or refusals)."""
+    where throughput reaches its plateau (within 10% of the run's best), and
+    the steps where the gateway held load back (a persistent queue or
+    refusals)."""
     knee = next((i for i, step in enumerate(steps) if past_knee(step)), None)
     graceful = list(range(len(steps) if knee is None else knee))
     preempting = [i for i, step in enumerate(steps) if step.preemptions > 0]
-    saturation = None
-    for i in range(1, len(steps)):
-        before = steps[i - 1].tokens_per_s
-        if before > 0 and steps[i].tokens_per_s < before * (1 + FLAT_GAIN):
-            saturation = i
-            break
+    best = max((step.tokens_per_s for step in steps), default=0.0)
+    saturation = next(
+        (i for i, step in enumerate(steps) if best > 0 and step.tokens_per_s >= PLATEAU * best),
+        None,
+    )
     holding = [
         i
         for i, step in enumerate(steps)

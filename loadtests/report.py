@@ -94,8 +94,8 @@ def describe(meta: dict[str, Any], steps: list[Step], phases: Phases) -> str:
         lines.append("- **Preemption range**: none.")
     if phases.saturation is not None:
         lines.append(
-            f"- Throughput flattens at {steps[phases.saturation].users} users"
-            f" (less than {10}% gain over the previous step)."
+            f"- Throughput reaches its plateau at {steps[phases.saturation].users} users"
+            " (within 10% of the best step)."
         )
     if phases.gateway_holding:
         refused = sum(steps[i].refused for i in phases.gateway_holding)

@@ -5,6 +5,9 @@ the HTTP call, each request reports its time to first token ("TTFT") and its
 mean inter-token gap ("ITL") as rows of their own in locust's statistics, and
 appends one JSON line to ``LOAD_RECORDS`` (when set) for the run report.
 
+Refused requests (429/503) wait for ``Retry-After`` before the user's next
+request, as a well-behaved client does.
+
 Variables: ``LOAD_MODEL`` (default: the first model the target lists),
 ``LOAD_MAX_TOKENS`` (256), ``LOAD_IGNORE_EOS`` (1 for fixed lengths; 0 for
 natural ones), ``LOAD_RECORDS`` (a file path).
@@ -82,6 +85,7 @@ class StreamingUser(HttpUser):
         wall = time.time()
         meter = StreamMeter(started=time.perf_counter())
         status, abandoned, error = 0, False, None
+        retry_after: str | None = None
         try:
             with self.client.post(
                 "/v1/chat/completions",
@@ -94,6 +98,7 @@ class StreamingUser(HttpUser):
                 status = response.status_code
                 if status != 200:
                     response.failure(f"{status}")
+                    retry_after = response.headers.get("retry-after")
                 else:
                     for chunk in response.iter_content(chunk_size=None):
                         meter.feed(chunk, time.perf_counter())
@@ -105,6 +110,9 @@ class StreamingUser(HttpUser):
         except Exception as exc:  # connection errors are data for the report
             error = repr(exc)
         self._report(meter, wall, status, abandoned, error)
+        if retry_after is not None:
+            # A well-behaved client: come back when the gateway says.
+            time.sleep(min(float(retry_after), 60.0))
 
     def _report(
         self, meter: StreamMeter, wall: float, status: int, abandoned: bool, error: str | None

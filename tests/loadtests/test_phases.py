@@ -48,9 +48,10 @@ def test_a_persistent_waiting_queue_alone_is_past_the_knee() -> None:
     assert phases.preempting == []
 
 
-def test_throughput_flattening_is_found() -> None:
-    phases = detect_phases(table(5, tokens=[600, 1200, 2400, 3600, 3800, 3900, 3700]))
-    assert phases.saturation == 4
+def test_the_throughput_plateau_is_found() -> None:
+    # A noisy dip early on is not the plateau; 3,600 is within 10% of 3,900.
+    phases = detect_phases(table(5, tokens=[600, 620, 2400, 3600, 3800, 3900, 2500]))
+    assert phases.saturation == 3
 
 
 def test_the_gateway_holding_load_back_is_named() -> None:
