@@ -9,8 +9,9 @@ in front of it, then runs:
 1. *Burst*: the same burst of concurrent streaming requests with fixed
    lengths (``ignore_eos``), sent (a) to vLLM directly, (b) through the
    gateway with admission off, (c) with admission on.
-2. *Natural lengths*: closed-loop users whose answers end at varied lengths
-   (the tiny model's EOS rate), against admission that reserves the full
+2. *Natural lengths*: closed-loop chat users whose answers end at varied
+   lengths (the tiny model's EOS rate: mean about 100 tokens) far below
+   ``max_tokens`` (512), against admission that reserves the full
    ``max_tokens`` (no overcommit) and admission with adaptive overcommit.
    A last run with a 1 s queue deadline produces many 429s; users wait for
    ``Retry-After`` and try again, which measures how often an honoured
@@ -222,7 +223,11 @@ async def natural(
         nonlocal retries, retries_admitted
         retrying = False
         while time.perf_counter() < deadline:
-            body = {"model": MODEL, "messages": prompts.mixed(), "max_tokens": args.max_tokens}
+            body = {
+                "model": MODEL,
+                "messages": prompts.chat(),
+                "max_tokens": args.natural_max_tokens,
+            }
             result = await stream_chat(http, body)
             results.append(result)
             if retrying:
@@ -330,10 +335,11 @@ async def run_all(args: argparse.Namespace, logs: Path) -> dict[str, list[RunSum
         warm_up = argparse.Namespace(requests=4, max_tokens=16)
         await burst(bench, "warm-up", bench.engine_url, None, warm_up)
         results: dict[str, list[RunSummary]] = {"burst": [], "natural": []}
-        for label, target, retry in BURSTS:
+        parts = args.parts.split(",")
+        for label, target, retry in BURSTS if "burst" in parts else []:
             url, gateway = where(target)
             results["burst"].append(await burst(bench, label, url, gateway, args, retry))
-        if args.natural_seconds > 0:
+        if args.natural_seconds > 0 and "natural" in parts:
             for label, target in NATURALS:
                 url, gateway = where(target)
                 results["natural"].append(await natural(bench, label, url, gateway, args))
@@ -349,19 +355,27 @@ def main() -> None:
     parser.add_argument("--kv-blocks", type=int, default=24)
     parser.add_argument("--users", type=int, default=48)
     parser.add_argument("--natural-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--natural-max-tokens",
+        type=int,
+        default=512,
+        help="max_tokens of the natural-length runs: answers end far below it (mean ~100)",
+    )
+    parser.add_argument("--parts", default="burst,natural", help="burst, natural or both")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-") as logs:
         results = asyncio.run(run_all(args, Path(logs)))
-    print_table(
-        f"Burst: {args.requests} concurrent streams, max_tokens {args.max_tokens},"
-        f" ignore_eos, KV {args.kv_blocks} blocks",
-        results["burst"],
-    )
+    if results["burst"]:
+        print_table(
+            f"Burst: {args.requests} concurrent streams, max_tokens {args.max_tokens},"
+            f" ignore_eos, KV {args.kv_blocks} blocks",
+            results["burst"],
+        )
     if results["natural"]:
         print_table(
-            f"Natural lengths: {args.users} closed-loop users for {args.natural_seconds:g}s,"
-            f" max_tokens {args.max_tokens}",
+            f"Natural lengths: {args.users} closed-loop chat users for {args.natural_seconds:g}s,"
+            f" max_tokens {args.natural_max_tokens}",
             results["natural"],
         )
     if args.json:

@@ -8,12 +8,11 @@ goes through Prometheus' HTTP API and must return series.
 """
 
 import asyncio
-import contextlib
 import random
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from dashboards import build, snapshot
 from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, _start_gateway, wait_until
 from tests.observability.test_dashboards import load, queries
 from tests.support.procs import ROOT, ManagedProcess, free_port
+from tests.support.streams import leave_after, open_stream, read_content_chunks
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 RATE_INTERVAL = "1m"
@@ -107,34 +107,6 @@ def prometheus(
             gateway.process.stop()
 
 
-@contextlib.asynccontextmanager
-async def stream(
-    http: httpx.AsyncClient, body: dict[str, Any], **headers: str
-) -> AsyncIterator[httpx.Response]:
-    request = http.build_request(
-        "POST", "/v1/completions", json={**body, "stream": True}, headers=headers
-    )
-    response = await http.send(request, stream=True)
-    try:
-        yield response
-    finally:
-        await response.aclose()
-
-
-async def first_chunks(response: httpx.Response, count: int) -> None:
-    seen = 0
-    async for raw in response.aiter_raw():
-        seen += raw.count(b'"text":"') - raw.count(b'"text":""')
-        if seen >= count:
-            return
-
-
-async def leave_after(url: str, body: dict[str, Any], seconds: float, **headers: str) -> None:
-    async with httpx.AsyncClient(base_url=url, timeout=seconds) as http:
-        with contextlib.suppress(httpx.TimeoutException):
-            await http.post("/v1/completions", json=body, headers=headers)
-
-
 async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
     admission, direct, nowhere = (gateways[k].url for k in ("admission", "direct", "no-engine"))
     async with httpx.AsyncClient(timeout=120) as http:
@@ -200,8 +172,8 @@ async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
         # a non-streaming call.
         direct_http = httpx.AsyncClient(base_url=direct, timeout=120)
         async with direct_http:
-            async with stream(direct_http, {**LONG, "prompt": "Leave mid-stream"}) as response:
-                await first_chunks(response, 3)
+            async with open_stream(direct_http, {**LONG, "prompt": "Leave mid-stream"}) as response:
+                await read_content_chunks(response, 3)
             await leave_after(direct, {**LONG, "prompt": "Leave non-streaming"}, 0.3)
 
             # Saturate the engine (preemptions, a waiting queue) and leave one
@@ -219,7 +191,9 @@ async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
             ]
             preempted = engine.metric("vllm:num_preemptions_total")
             try:
-                async with stream(direct_http, {**LONG, "prompt": "Leave before first token"}) as _:
+                async with open_stream(
+                    direct_http, {**LONG, "prompt": "Leave before first token"}
+                ) as _:
                     await asyncio.sleep(0.5)
                 # Let the blockers outgrow the KV cache and preempt each other.
                 assert await asyncio.to_thread(
@@ -231,7 +205,7 @@ async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
 
             # Draining: a stream in flight keeps the gateway draining while a
             # new request is turned away.
-            async with stream(direct_http, {**LONG, "prompt": "Last one"}) as response:
+            async with open_stream(direct_http, {**LONG, "prompt": "Last one"}) as response:
                 chunks = response.aiter_raw()
                 assert await anext(chunks)
                 gateways["direct"].process.signal(signal.SIGTERM)

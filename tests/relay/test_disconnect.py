@@ -6,14 +6,13 @@ time from disconnect to an idle engine is printed (run with ``-s`` to see it).
 """
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator
 
 import httpx
 import psutil
 
 from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, engine_idle, wait_until
+from tests.support.streams import open_stream, read_content_chunks
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 IDLE_WITHIN = 10.0
@@ -30,32 +29,12 @@ def seconds_until_idle(engine: Engine, since: float) -> float:
     return time.monotonic() - since
 
 
-@contextlib.asynccontextmanager
-async def open_stream(
-    http: httpx.AsyncClient, path: str, body: dict[str, object]
-) -> AsyncIterator[httpx.Response]:
-    request = http.build_request("POST", path, json={**body, "stream": True})
-    response = await http.send(request, stream=True)
-    try:
-        yield response
-    finally:
-        await response.aclose()
-
-
-async def read_content_chunks(response: httpx.Response, count: int) -> None:
-    seen = 0
-    async for raw in response.aiter_raw():
-        seen += raw.count(b'"text":"') - raw.count(b'"text":""')
-        if seen >= count:
-            return
-
-
 async def test_disconnect_mid_stream(idle_engine: Engine, gateway: Gateway) -> None:
     before_tokens = idle_engine.metric("vllm:generation_tokens_total")
     before = cancels(gateway, "streaming")
     async with (
         httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
-        open_stream(http, "/v1/completions", {**LONG, "prompt": "The river"}) as response,
+        open_stream(http, {**LONG, "prompt": "The river"}) as response,
     ):
         assert response.status_code == 200
         await read_content_chunks(response, 5)
@@ -115,7 +94,7 @@ async def test_disconnect_while_waiting_for_the_first_token(
             )
             async with (
                 httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
-                open_stream(http, "/v1/completions", {**LONG, "prompt": "The museum"}) as response,
+                open_stream(http, {**LONG, "prompt": "The museum"}) as response,
             ):
                 assert response.status_code == 200
                 assert wait_until(
@@ -143,9 +122,7 @@ async def test_fifty_disconnects_leave_nothing_behind(
     before = cancels(gateway, "streaming")
     async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
         for i in range(50):
-            async with open_stream(
-                http, "/v1/completions", {**LONG, "prompt": f"Round {i}"}
-            ) as response:
+            async with open_stream(http, {**LONG, "prompt": f"Round {i}"}) as response:
                 await read_content_chunks(response, 1)
     assert wait_until(lambda: engine_idle(idle_engine), timeout=IDLE_WITHIN)
     assert wait_until(lambda: cancels(gateway, "streaming") == before + 50, timeout=10)
@@ -176,7 +153,7 @@ async def test_concurrent_disconnects_mid_stream(idle_engine: Engine, gateway: G
     async def one(i: int) -> None:
         async with (
             httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
-            open_stream(http, "/v1/completions", {**LONG, "prompt": f"Many {i}"}) as response,
+            open_stream(http, {**LONG, "prompt": f"Many {i}"}) as response,
         ):
             await read_content_chunks(response, 3)
 

@@ -1,0 +1,40 @@
+"""Client-side helpers for streaming requests in tests."""
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+
+@contextlib.asynccontextmanager
+async def open_stream(
+    http: httpx.AsyncClient, body: dict[str, Any], path: str = "/v1/completions", **headers: str
+) -> AsyncIterator[httpx.Response]:
+    """A streaming request whose response headers are in; closed on exit
+    (which, mid-stream, is a client disconnect)."""
+    request = http.build_request("POST", path, json={**body, "stream": True}, headers=headers)
+    response = await http.send(request, stream=True)
+    try:
+        yield response
+    finally:
+        await response.aclose()
+
+
+async def read_content_chunks(response: httpx.Response, count: int) -> None:
+    """Read until ``count`` completion chunks with text have arrived.
+
+    Returning leaves the raw iterator to be closed: the connection goes away.
+    """
+    seen = 0
+    async for raw in response.aiter_raw():
+        seen += raw.count(b'"text":"') - raw.count(b'"text":""')
+        if seen >= count:
+            return
+
+
+async def leave_after(url: str, body: dict[str, Any], seconds: float, **headers: str) -> None:
+    """A non-streaming call whose client gives up after ``seconds``."""
+    async with httpx.AsyncClient(base_url=url, timeout=seconds) as http:
+        with contextlib.suppress(httpx.TimeoutException):
+            await http.post("/v1/completions", json=body, headers=headers)
