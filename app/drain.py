@@ -2,8 +2,9 @@
 
 On SIGTERM the runner calls ``begin()``: readiness turns 503 and new (and
 queued) requests are refused as ``draining``. In-flight requests get a grace
-period; when it runs out the runner calls ``stop_streams()`` and every relay
-ends its stream with a final SSE error event at its next chunk.
+period; when it runs out the runner calls ``stop_streams()``: every relay ends
+its stream with a final SSE error event at its next chunk, and non-streaming
+calls still waiting for the engine are cancelled and answered 503.
 """
 
 import asyncio
@@ -21,6 +22,7 @@ class Drain:
         # the event loop starts.
         self._idle = asyncio.Event()
         self._idle.set()
+        self._stopping = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
 
     @property
@@ -47,6 +49,11 @@ class Drain:
 
     def stop_streams(self) -> None:
         self.stopping = True
+        self._stopping.set()
+
+    async def wait_stopping(self) -> None:
+        """Return once the grace period is over (in-flight work must end)."""
+        await self._stopping.wait()
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until no request is active; False if the timeout ran out first."""

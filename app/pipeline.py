@@ -21,13 +21,14 @@ from app.errors import (
     EngineUnavailable,
     GatewayError,
     InvalidRequest,
+    StoppedByShutdown,
     UpstreamFailed,
     UpstreamTimeout,
     UpstreamUnreachable,
     error_response,
 )
 from app.record import RequestRecord
-from app.relay.disconnect import ClientDisconnected, until_disconnected
+from app.relay.disconnect import ClientDisconnected, Stopped, until_disconnected
 from app.relay.stream import RelayResponse, StreamRelay
 from app.relay.upstream import close_quietly
 from app.services import Services
@@ -73,7 +74,14 @@ async def serve_completion(request: Request, route: Route, services: Services) -
                 handed_to_stream = True
                 return response
             record.phase = "non_streaming"
-            return await until_disconnected(request.receive, lambda: _call(job, record, services))
+            try:
+                return await until_disconnected(
+                    request.receive,
+                    lambda: _call(job, record, services),
+                    stop=services.drain.wait_stopping,
+                )
+            except Stopped:
+                raise StoppedByShutdown("the gateway is shutting down; retry the request") from None
         finally:
             if not handed_to_stream:
                 _release(services, ticket, record)

@@ -78,3 +78,25 @@ async def test_streams_still_open_after_the_grace_period_end_with_an_error_event
     assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
     # The engine was told to stop too.
     assert wait_until(lambda: idle_engine.metric("vllm:num_requests_running") == 0, timeout=10)
+
+
+async def test_a_non_streaming_call_still_running_after_the_grace_period_gets_503(
+    idle_engine: Engine, start_gateway: StartGateway
+) -> None:
+    gateway = start_gateway(
+        idle_engine.url, admission="off", drain_grace_seconds=0.5, shutdown_timeout=10
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        call = asyncio.create_task(
+            http.post("/v1/completions", json={**LONG, "stream": False, "max_tokens": 2000})
+        )
+        assert await asyncio.to_thread(
+            wait_until, lambda: idle_engine.metric("vllm:num_requests_running") == 1, 10
+        )
+        gateway.process.signal(signal.SIGTERM)
+        response = await call
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "draining"
+    assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
+    assert wait_until(lambda: idle_engine.metric("vllm:num_requests_running") == 0, timeout=10)

@@ -61,9 +61,11 @@ def sweep(target: str, url: str, engine: Engine, out: Path) -> dict[str, Any]:
     return summary
 
 
-def test_direct_to_the_engine_both_phases_show(idle_engine: Engine, tmp_path: Path) -> None:
-    summary = sweep("direct", idle_engine.url, idle_engine, tmp_path / "reports")
-    steps, phases = summary["steps"], summary["phases"]
+def test_both_phases_direct_and_the_gateway_holding_the_engine_graceful(
+    idle_engine: Engine, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    direct = sweep("direct", idle_engine.url, idle_engine, tmp_path / "direct")
+    steps, phases = direct["steps"], direct["phases"]
     assert [step["users"] for step in steps] == [1, 2, 16]
     assert all(step["requests"] > 0 for step in steps)
     assert steps[0]["preemptions"] == 0
@@ -73,15 +75,18 @@ def test_direct_to_the_engine_both_phases_show(idle_engine: Engine, tmp_path: Pa
     assert phases["graceful"] == [0, 1]
     assert phases["knee"] == 2
 
-
-def test_through_the_gateway_the_excess_waits_in_the_gateway(
-    idle_engine: Engine, start_gateway: StartGateway, tmp_path: Path
-) -> None:
     gateway = start_gateway(idle_engine.url)
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
-    summary = sweep("gateway", gateway.url, idle_engine, tmp_path / "reports")
-    last = summary["steps"][-1]
+    through = sweep("gateway", gateway.url, idle_engine, tmp_path / "gateway")
+    last = through["steps"][-1]
     assert last["requests"] > 0
     assert last["gateway_queue_share"] >= 0.5
-    assert summary["phases"]["gateway_holding"]
-    assert sum(step["preemptions"] for step in summary["steps"]) <= 2
+    assert last["waiting_share"] < 0.5
+    assert through["phases"]["gateway_holding"] == [2]
+    preempted_direct = sum(step["preemptions"] for step in steps)
+    preempted_through = sum(step["preemptions"] for step in through["steps"])
+    print(
+        f"\npreemptions: direct {preempted_direct:.0f}, through the gateway {preempted_through:.0f}"
+    )
+    # Adaptive overcommit probes for room, so a few are expected; many are not.
+    assert preempted_through <= preempted_direct / 4
