@@ -58,6 +58,8 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from app.admission.rate import DrainRate
+
 PRIORITY_CLASSES = ("high", "normal", "low")
 
 
@@ -118,36 +120,6 @@ class QueueFull(Exception):
     def __init__(self, retry_after: float) -> None:
         super().__init__("queue full")
         self.retry_after = retry_after
-
-
-class DrainRate:
-    """Tokens admitted per second out of a backlog, decayed over time."""
-
-    HALF_LIFE = 30.0
-    MIN_SECONDS = 2.0
-
-    def __init__(self) -> None:
-        self.tokens = 0.0
-        self.seconds = 0.0
-        self._backlog_since: float | None = None
-
-    def tick(self, now: float, backlog: bool) -> None:
-        """Call after every change, with whether requests are waiting now."""
-        if self._backlog_since is not None:
-            elapsed = max(0.0, now - self._backlog_since)
-            decay = 0.5 ** (elapsed / self.HALF_LIFE)
-            self.tokens *= decay
-            self.seconds = self.seconds * decay + elapsed
-        self._backlog_since = now if backlog else None
-
-    def admitted(self, tokens: int) -> None:
-        if self._backlog_since is not None:
-            self.tokens += tokens
-
-    def rate(self) -> float | None:
-        if self.seconds < self.MIN_SECONDS or self.tokens <= 0:
-            return None
-        return self.tokens / self.seconds
 
 
 class AdmissionPolicy:
