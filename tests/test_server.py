@@ -6,32 +6,48 @@ import signal
 
 import httpx
 
-from tests.conftest import MODEL, Engine, StartGateway, wait_until
+from tests.conftest import MODEL, Engine, Gateway, StartGateway, wait_until
+from tests.support.streams import open_stream
 
-LONG = {"model": MODEL, "prompt": "The city built a bridge", "ignore_eos": True, "stream": True}
+LONG = {"model": MODEL, "prompt": "The city built a bridge", "ignore_eos": True}
+
+
+def draining_gateway(engine: Engine, start: StartGateway, grace: float, timeout: float) -> Gateway:
+    gateway = start(
+        engine.url, admission="off", drain_grace_seconds=grace, shutdown_timeout=timeout
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
+    return gateway
+
+
+async def sigterm_after_first_token(
+    response: httpx.Response, gateway: Gateway, signalled: asyncio.Event | None = None
+) -> bytes:
+    """Read the stream to its first token, send the gateway SIGTERM, then
+    read the rest; returns everything received."""
+    chunks = response.aiter_raw()
+    received = b""
+    async for raw in chunks:
+        received += raw
+        if b'"text"' in received:
+            break
+    gateway.process.signal(signal.SIGTERM)
+    if signalled is not None:
+        signalled.set()
+    async for raw in chunks:
+        received += raw
+    return received
 
 
 async def test_sigterm_lets_a_running_stream_finish(
     idle_engine: Engine, start_gateway: StartGateway
 ) -> None:
-    gateway = start_gateway(
-        idle_engine.url, admission="off", drain_grace_seconds=20, shutdown_timeout=30
-    )
-    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
-        request = http.build_request("POST", "/v1/completions", json={**LONG, "max_tokens": 1500})
-        response = await http.send(request, stream=True)
-        chunks = response.aiter_raw()
-        received = b""
-        async for raw in chunks:
-            received += raw
-            if b'"text"' in received:
-                break
-        gateway.process.signal(signal.SIGTERM)
+    gateway = draining_gateway(idle_engine, start_gateway, grace=20, timeout=30)
 
-        # Draining: not ready, and new requests are turned away with a reason.
+    async def meanwhile() -> tuple[httpx.Response, httpx.Response]:
+        """While draining: not ready, and new requests are turned away."""
         async with httpx.AsyncClient(base_url=gateway.url, timeout=10) as other:
-            for _ in range(50):
+            for _ in range(100):
                 if (await other.get("/health/ready")).status_code == 503:
                     break
                 await asyncio.sleep(0.05)
@@ -39,14 +55,21 @@ async def test_sigterm_lets_a_running_stream_finish(
             refused = await other.post(
                 "/v1/completions", json={"model": MODEL, "prompt": "late", "max_tokens": 2}
             )
-        assert ready.status_code == 503
-        assert refused.status_code == 503
-        assert refused.json()["error"]["code"] == "draining"
-        assert int(refused.headers["retry-after"]) >= 1
+            return ready, refused
 
-        async for raw in chunks:
-            received += raw
-        await response.aclose()
+    async with (
+        httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
+        open_stream(http, {**LONG, "max_tokens": 1500}) as response,
+    ):
+        signalled = asyncio.Event()
+        stream = asyncio.create_task(sigterm_after_first_token(response, gateway, signalled))
+        await signalled.wait()
+        ready, refused = await meanwhile()
+        received = await stream
+    assert ready.status_code == 503
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "draining"
+    assert int(refused.headers["retry-after"]) >= 1
     assert received.endswith(b"data: [DONE]\n\n")
     assert b'"error"' not in received
     assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
@@ -55,23 +78,12 @@ async def test_sigterm_lets_a_running_stream_finish(
 async def test_streams_still_open_after_the_grace_period_end_with_an_error_event(
     idle_engine: Engine, start_gateway: StartGateway
 ) -> None:
-    gateway = start_gateway(
-        idle_engine.url, admission="off", drain_grace_seconds=0.5, shutdown_timeout=10
-    )
-    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
-        request = http.build_request("POST", "/v1/completions", json={**LONG, "max_tokens": 2000})
-        response = await http.send(request, stream=True)
-        chunks = response.aiter_raw()
-        received = b""
-        async for raw in chunks:
-            received += raw
-            if b'"text"' in received:
-                gateway.process.signal(signal.SIGTERM)
-                break
-        async for raw in chunks:
-            received += raw
-        await response.aclose()
+    gateway = draining_gateway(idle_engine, start_gateway, grace=0.5, timeout=10)
+    async with (
+        httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
+        open_stream(http, {**LONG, "max_tokens": 2000}) as response,
+    ):
+        received = await sigterm_after_first_token(response, gateway)
     last = [event for event in received.split(b"\n\n") if event][-1]
     assert json.loads(last[6:])["error"]["code"] == "draining"
     assert b"[DONE]" not in received
@@ -83,14 +95,9 @@ async def test_streams_still_open_after_the_grace_period_end_with_an_error_event
 async def test_a_non_streaming_call_still_running_after_the_grace_period_gets_503(
     idle_engine: Engine, start_gateway: StartGateway
 ) -> None:
-    gateway = start_gateway(
-        idle_engine.url, admission="off", drain_grace_seconds=0.5, shutdown_timeout=10
-    )
-    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
+    gateway = draining_gateway(idle_engine, start_gateway, grace=0.5, timeout=10)
     async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
-        call = asyncio.create_task(
-            http.post("/v1/completions", json={**LONG, "stream": False, "max_tokens": 2000})
-        )
+        call = asyncio.create_task(http.post("/v1/completions", json={**LONG, "max_tokens": 2000}))
         assert await asyncio.to_thread(
             wait_until, lambda: idle_engine.metric("vllm:num_requests_running") == 1, 10
         )
