@@ -13,8 +13,8 @@ FROM python:3.11.14-slim-bookworm AS build
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 
-RUN python -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
+RUN python -m venv /venv
+ENV PATH=/venv/bin:$PATH
 
 WORKDIR /src
 COPY requirements/runtime.lock requirements/runtime.lock
@@ -31,9 +31,9 @@ RUN groupadd --system --gid 10001 gateway \
  && useradd --system --uid 10001 --gid gateway --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin gateway
 
-COPY --from=build /opt/venv /opt/venv
+COPY --from=build /venv /venv
 
-ENV PATH=/opt/venv/bin:$PATH \
+ENV PATH=/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     GATEWAY_HOST=0.0.0.0 \
