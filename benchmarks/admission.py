@@ -32,7 +32,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.client import Result, percentile, stream_chat
+from benchmarks.client import Result, stream_chat
+from loadtests.phases import quantile
 from loadtests.prompts import PromptFactory
 from tests.support.metrics import scrape, value
 from tests.support.procs import ManagedProcess, free_port
@@ -150,8 +151,8 @@ def _summarise(
         output_tokens=tokens,
         seconds=round(seconds, 2),
         tokens_per_s=round(tokens / seconds) if seconds else 0,
-        ttft_p50=percentile(ttfts, 0.5),
-        ttft_p99=percentile(ttfts, 0.99),
+        ttft_p50=quantile(ttfts, 0.5),
+        ttft_p99=quantile(ttfts, 0.99),
         queue_wait_mean=queue_wait,
     )
 

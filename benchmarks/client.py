@@ -60,11 +60,3 @@ def _read_event(event: bytes, result: Result) -> None:
     usage = chunk.get("usage")
     if usage:
         result.completion_tokens = usage["completion_tokens"]
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]

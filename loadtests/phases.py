@@ -45,7 +45,8 @@ class Step:
     gateway_rejections: float = 0.0
 
 
-def _quantile(values: Sequence[float], q: float) -> float | None:
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank quantile, or None without values."""
     if not values:
         return None
     ordered = sorted(values)
@@ -74,8 +75,8 @@ def build_steps(
         step.refused = sum(1 for r in mine if r["status"] in (429, 503))
         ttfts = [r["ttft"] for r in served if r["ttft"] is not None]
         itls = [r["itl"] for r in served if r["itl"] is not None]
-        step.ttft_p50, step.ttft_p99 = _quantile(ttfts, 0.5), _quantile(ttfts, 0.99)
-        step.itl_p50, step.itl_p99 = _quantile(itls, 0.5), _quantile(itls, 0.99)
+        step.ttft_p50, step.ttft_p99 = quantile(ttfts, 0.5), quantile(ttfts, 0.99)
+        step.itl_p50, step.itl_p99 = quantile(itls, 0.5), quantile(itls, 0.99)
         if window:
             span = max(1e-9, window[-1]["t"] - window[0]["t"])
             step.tokens_per_s = _delta(window, "vllm:generation_tokens_total") / span

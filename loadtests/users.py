@@ -117,25 +117,16 @@ class StreamingUser(HttpUser):
     def _report(
         self, meter: StreamMeter, wall: float, status: int, abandoned: bool, error: str | None
     ) -> None:
-        fire = self.environment.events.request.fire
-        if meter.ttft is not None:
-            fire(
-                request_type="TTFT",
-                name=self.label,
-                response_time=meter.ttft * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
-        if meter.mean_gap is not None:
-            fire(
-                request_type="ITL",
-                name=self.label,
-                response_time=meter.mean_gap * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
+        for kind, seconds in (("TTFT", meter.ttft), ("ITL", meter.mean_gap)):
+            if seconds is not None:
+                self.environment.events.request.fire(
+                    request_type=kind,
+                    name=self.label,
+                    response_time=seconds * 1000,
+                    response_length=0,
+                    exception=None,
+                    context={},
+                )
         if _records is not None:
             _records.write(
                 json.dumps(

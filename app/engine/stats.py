@@ -2,7 +2,7 @@
 
 Only the few series admission control needs are parsed: the KV cache's size
 (``vllm:cache_config_info`` carries ``num_gpu_blocks`` and ``block_size`` as
-labels), the preemption counter, KV usage and the engine's own queue.
+labels), the preemption counter and KV usage.
 """
 
 from dataclasses import dataclass
@@ -13,8 +13,6 @@ _WANTED = (
     "vllm:cache_config_info",
     "vllm:num_preemptions_total",
     "vllm:kv_cache_usage_perc",
-    "vllm:num_requests_waiting",
-    "vllm:num_requests_running",
 )
 
 
@@ -24,14 +22,6 @@ class EngineStats:
     block_size: int | None
     preemptions_total: float
     kv_usage: float
-    waiting: float
-    running: float
-
-    @property
-    def capacity_tokens(self) -> int | None:
-        if self.num_blocks is None or self.block_size is None:
-            return None
-        return self.num_blocks * self.block_size
 
 
 def parse_engine_stats(text: str) -> EngineStats:
@@ -51,8 +41,6 @@ def parse_engine_stats(text: str) -> EngineStats:
         block_size=block_size,
         preemptions_total=sums["vllm:num_preemptions_total"],
         kv_usage=sums["vllm:kv_cache_usage_perc"],
-        waiting=sums["vllm:num_requests_waiting"],
-        running=sums["vllm:num_requests_running"],
     )
 
 

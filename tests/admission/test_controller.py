@@ -9,16 +9,14 @@ import signal
 import httpx
 
 from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle, wait_until
+from tests.support.streams import hold_streams
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 
 
 async def start_blocker(http: httpx.AsyncClient) -> httpx.Response:
     """A long stream that holds the gateway's only admission slot."""
-    request = http.build_request(
-        "POST", "/v1/completions", json={**LONG, "prompt": "Blocker", "stream": True}
-    )
-    response = await http.send(request, stream=True)
+    (response,) = await hold_streams(http, str(http.base_url).rstrip("/"), LONG, 1)
     assert response.status_code == 200
     return response
 

@@ -24,7 +24,7 @@ from dashboards import build, snapshot
 from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, _start_gateway, wait_until
 from tests.observability.test_dashboards import load, queries
 from tests.support.procs import ROOT, ManagedProcess, free_port
-from tests.support.streams import leave_after, open_stream, read_content_chunks
+from tests.support.streams import hold_streams, leave_after, open_stream, read_content_chunks
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 RATE_INTERVAL = "1m"
@@ -131,17 +131,7 @@ async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
         # The admission gateway's two slots taken: its queue fills with every
         # priority; one client leaves while queued, the others time out, and
         # one more finds the queue full.
-        blockers = [
-            await http.send(
-                http.build_request(
-                    "POST",
-                    f"{admission}/v1/completions",
-                    json={**LONG, "prompt": f"Hold {i}", "stream": True},
-                ),
-                stream=True,
-            )
-            for i in range(2)
-        ]
+        blockers = await hold_streams(http, admission, LONG, 2)
         try:
             waiting = [
                 asyncio.create_task(
@@ -178,17 +168,9 @@ async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
 
             # Saturate the engine (preemptions, a waiting queue) and leave one
             # request before its first token.
-            saturating = [
-                await http.send(
-                    http.build_request(
-                        "POST",
-                        f"{engine.url}/v1/completions",
-                        json={**LONG, "prompt": f"Fill {i} {random.random()}", "stream": True},
-                    ),
-                    stream=True,
-                )
-                for i in range(ENGINE_MAX_NUM_SEQS)
-            ]
+            saturating = await hold_streams(
+                http, engine.url, {**LONG, "prompt": str(random.random())}, ENGINE_MAX_NUM_SEQS
+            )
             preempted = engine.metric("vllm:num_preemptions_total")
             try:
                 async with open_stream(

@@ -12,7 +12,7 @@ import httpx
 import psutil
 
 from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, engine_idle, wait_until
-from tests.support.streams import open_stream, read_content_chunks
+from tests.support.streams import hold_streams, open_stream, read_content_chunks
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 IDLE_WITHIN = 10.0
@@ -76,17 +76,7 @@ async def test_disconnect_while_waiting_for_the_first_token(
     waits in the engine's queue; the client leaves before its first token."""
     before = cancels(gateway, "waiting_first_token")
     async with httpx.AsyncClient(base_url=idle_engine.url, timeout=120) as direct:
-        blockers = [
-            await direct.send(
-                direct.build_request(
-                    "POST",
-                    "/v1/completions",
-                    json={**LONG, "prompt": f"Blocker {i}", "stream": True},
-                ),
-                stream=True,
-            )
-            for i in range(ENGINE_MAX_NUM_SEQS)
-        ]
+        blockers = await hold_streams(direct, idle_engine.url, LONG, ENGINE_MAX_NUM_SEQS)
         try:
             assert wait_until(
                 lambda: idle_engine.metric("vllm:num_requests_running") == ENGINE_MAX_NUM_SEQS,

@@ -21,6 +21,22 @@ async def open_stream(
         await response.aclose()
 
 
+async def hold_streams(
+    http: httpx.AsyncClient, url: str, body: dict[str, Any], count: int
+) -> list[httpx.Response]:
+    """``count`` streams with their headers in and their bodies unread: they
+    hold engine (or admission) capacity until closed."""
+    streams = []
+    for i in range(count):
+        request = http.build_request(
+            "POST",
+            f"{url}/v1/completions",
+            json={**body, "prompt": f"Hold {i} {body.get('prompt', '')}", "stream": True},
+        )
+        streams.append(await http.send(request, stream=True))
+    return streams
+
+
 async def read_content_chunks(response: httpx.Response, count: int) -> None:
     """Read until ``count`` completion chunks with text have arrived.
 
