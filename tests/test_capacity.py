@@ -18,7 +18,7 @@ from app.capacity import (
 )
 from app.capacity.__main__ import main
 from app.capacity.model import shape_from_config
-from app.capacity.plan import GIB
+from app.capacity.plan import GIB, sequences_that_fit
 from app.capacity.weights import estimate_parameters
 
 CONFIGS = Path(__file__).parent / "data" / "model_configs"
@@ -62,9 +62,11 @@ def test_llama_3_8b_in_60_gib_at_8k_context() -> None:
     plan = plan_capacity(shape, 60 * GIB, max_model_len=8192, block_size=16, dtype="bfloat16")
     # 60 GiB / 128 KiB per token = 491,520 tokens = 30,720 blocks of 16.
     assert (plan.kv_tokens, plan.num_blocks) == (491_520, 30_720)
-    assert plan.max_sequences(8192) == 60
+    # vLLM's figure counts every block ...
     assert plan.max_concurrency(8192) == pytest.approx(60.0)
-    # 1,000 tokens hold 63 whole blocks: 30,720 // 63.
+    # ... but one is its null block: 30,719 // 512 sequences of 8,192 fit at once.
+    assert plan.max_sequences(8192) == 59
+    # 1,000 tokens hold 63 whole blocks: 30,719 // 63.
     assert plan.max_sequences(1000) == 487
 
 
@@ -87,6 +89,9 @@ def test_blocks_are_whole_and_sequences_hold_whole_blocks() -> None:
     # 1,000 tokens need 8 blocks of 128, so vLLM's figure is 9 / 8.
     assert plan.max_concurrency(1000) == pytest.approx(1.125)
     assert plan.max_sequences(1000) == 1
+    # 24 blocks (make up's cache): 23 hold tokens, so 11 sequences of 2 blocks, not 12.
+    assert sequences_that_fit(24, 128, 144) == 11
+    assert sequences_that_fit(25, 128, 144) == 12
 
 
 def test_sliding_window_is_flagged_only_where_it_applies() -> None:
@@ -149,14 +154,15 @@ def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "KV per token: 131,072 bytes" in out
     assert "30,720 of 16 tokens" in out
-    assert "at full context (8,192 tokens): 60 sequences at once" in out
+    assert "at full context (8,192 tokens): 59 sequences at once" in out
+    assert "Maximum concurrency for 8,192 tokens per request: 60.00x" in out
     assert "not modelled:" in out
     assert "sliding-window" in out
 
     assert main([*args, "--block-size", "128", "--json"]) == 0
     figures = json.loads(capsys.readouterr().out)
     assert figures["num_blocks"] == 3840
-    assert figures["max_sequences_full_context"] == 60
+    assert figures["max_sequences_full_context"] == 59
 
 
 def test_command_line_from_gpu_memory(capsys: pytest.CaptureFixture[str]) -> None:

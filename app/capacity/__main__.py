@@ -102,7 +102,8 @@ def describe(plan: CapacityPlan, cache_text: str, typical: int, max_num_seqs: in
         f" × {plan.bytes_per_element} bytes",
         f"KV cache:     {cache_text}",
         f"blocks:       {plan.num_blocks:,} of {plan.block_size} tokens"
-        f" ({plan.bytes_per_block:,} bytes each) = {plan.kv_tokens:,} tokens",
+        f" ({plan.bytes_per_block:,} bytes each) = {plan.kv_tokens:,} tokens;"
+        f" {plan.usable_blocks:,} hold tokens (vLLM keeps one aside)",
         f"at full context ({full:,} tokens): {plan.max_sequences(full):,} sequences at once",
         f'  vLLM logs "KV cache size: {plan.engine_reported_tokens():,} tokens, Maximum'
         f' concurrency for {full:,} tokens per request: {plan.max_concurrency(full):.2f}x"',

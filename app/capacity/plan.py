@@ -4,7 +4,9 @@ It follows what vLLM does with a KV cache of a given size: the cache is cut
 into blocks of ``block_size`` tokens across all layers (``num_blocks =
 bytes // bytes_per_block``), a sequence holds whole blocks, and the
 "Maximum concurrency" vLLM logs at start-up is ``num_blocks`` over the blocks
-one sequence needs at ``max_model_len``.
+one sequence needs at ``max_model_len``. One block is vLLM's own (the null
+block), so the sequences that really fit at once are one block's worth fewer
+— which matters only for small caches.
 """
 
 import math
@@ -13,6 +15,10 @@ from dataclasses import dataclass
 from app.capacity.model import ModelShape
 
 GIB = 1024**3
+# vLLM's block pool sets one block aside at start-up (its "null block", a
+# placeholder in block tables), so one block fewer holds tokens than it
+# reports; its "Maximum concurrency" still counts all of them.
+NULL_BLOCKS = 1
 # Bytes per element of the KV cache, by the dtype names vLLM and configs use.
 DTYPE_BYTES = {
     "float32": 4,
@@ -42,6 +48,12 @@ def resolve_dtype(requested: str, shape: ModelShape) -> tuple[str, int]:
             " (quantized KV caches are not modelled)"
         )
     return name, DTYPE_BYTES[name]
+
+
+def sequences_that_fit(num_blocks: int, block_size: int, tokens: int) -> int:
+    """Sequences of ``tokens`` (prompt + output) that fit at once, every one
+    at full length in whole blocks, beside the null block."""
+    return max(0, num_blocks - NULL_BLOCKS) // math.ceil(tokens / block_size)
 
 
 def kv_bytes_per_token(shape: ModelShape, bytes_per_element: int) -> int:
@@ -99,9 +111,13 @@ class CapacityPlan:
         out the unused tail of each sequence's last block."""
         return int(self.max_concurrency(self.max_model_len) * self.max_model_len)
 
+    @property
+    def usable_blocks(self) -> int:
+        return max(0, self.num_blocks - NULL_BLOCKS)
+
     def max_sequences(self, tokens: int) -> int:
         """Sequences of ``tokens`` that fit at once, every one at full length."""
-        return self.num_blocks // self.blocks_per_sequence(tokens)
+        return sequences_that_fit(self.num_blocks, self.block_size, tokens)
 
 
 def plan_capacity(
