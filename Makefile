@@ -24,7 +24,7 @@ ENGINE_TORCH_INDEX ?=
 SHAPE ?= degradation
 TARGET ?= gateway
 
-.PHONY: setup up test lint load load-compare bench lock clean
+.PHONY: setup up test lint load load-compare bench lock clean experiments
 
 setup: $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready
 
@@ -80,3 +80,12 @@ lock:
 
 clean:
 	rm -rf $(VENV) $(ENGINE_VENV) .models reports
+
+# The course's experiments against the running stack (`make up` in another
+# terminal; nothing is started here): a table, a plot and the data per
+# experiment in docs/experiments/. EXPERIMENT: batching, sweep, capacity,
+# degradation or all; ENGINE_URL, GATEWAY_URL and PROMETHEUS_URL point it at
+# a stack on other ports; EXPERIMENTS_ARGS passes options (--help lists them).
+EXPERIMENT ?= all
+experiments: $(VENV)/.ready
+	$(VENV)/bin/python -m benchmarks.experiments $(EXPERIMENT) $(EXPERIMENTS_ARGS)
