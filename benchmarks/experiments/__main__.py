@@ -10,7 +10,14 @@ from typing import Any
 
 from benchmarks.experiments import batching, degradation, kv_capacity, sweep
 from benchmarks.experiments.engine import EngineInfo, engine_info, idle
-from benchmarks.experiments.output import DOCS, ROOT, machine_note, machine_state, stamp
+from benchmarks.experiments.output import (
+    DOCS,
+    ROOT,
+    NotApplicable,
+    machine_note,
+    machine_state,
+    stamp,
+)
 
 Collect = Callable[[argparse.Namespace, EngineInfo], Any]
 Render = Callable[[Any, EngineInfo, str, Path], Path]
@@ -87,7 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         collect, render = EXPERIMENTS[name]
         before = machine_state()
         started = time.monotonic()
-        result = collect(args, info)
+        try:
+            result = collect(args, info)
+        except NotApplicable as reason:
+            print(f"{name}: skipped — {reason}", flush=True)
+            continue
         after = machine_state()
         footer = (
             f"Measured {stamp()} in {time.monotonic() - started:.0f} s. Command:"

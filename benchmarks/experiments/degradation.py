@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks.experiments import course
 from benchmarks.experiments.engine import EngineInfo, prompt_tokens
-from benchmarks.experiments.output import ROOT, pyplot, table, write
+from benchmarks.experiments.output import ROOT, NotApplicable, pyplot, table, write
 from loadtests.phases import detect_phases
 from loadtests.prompts import PromptFactory
 from loadtests.report import load_run
@@ -78,7 +78,7 @@ def collect(args: argparse.Namespace, info: EngineInfo) -> Degradation:
     tokens = chat_user_tokens(info, args.chat_max_tokens)
     base = args.base_users or info.sequences_that_fit(tokens)
     if base < 1 or base * args.multiple > args.max_users:
-        raise SystemExit(
+        raise NotApplicable(
             f"this cache holds {base} chat users at once; {args.multiple}× that is beyond"
             f" {args.max_users} users. Run it against `make up`'s default cache (24 blocks)."
         )

@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "experiments"
 
 
+class NotApplicable(Exception):
+    """The experiment cannot show anything against this stack (says why)."""
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
