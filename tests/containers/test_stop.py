@@ -72,3 +72,12 @@ def test_compose_stop_drains_the_gateway(stack: ComposeProject) -> None:
         state = podman.inspect(container)["State"]
         assert state["Status"] == "exited", state["Status"]
         assert state["ExitCode"] == 0, f"{container} exited with {state['ExitCode']}"
+    # Every other service stopped by itself too, inside its grace period:
+    # 137 is the SIGKILL that follows when a container ignores SIGTERM.
+    exits = {
+        container: podman.inspect(container)["State"]["ExitCode"]
+        for service in stack.runnable()
+        for container in stack.containers(service)
+    }
+    print(f"exit codes: {exits}")
+    assert 137 not in exits.values(), exits
