@@ -30,6 +30,8 @@ CONFIGS = Path(__file__).parent / "data" / "model_configs"
         # Grouped-query attention: 8 KV heads serve 32 query heads.
         ("llama-3-8b.json", 32, 8, 128, 131_072),
         ("qwen2.5-0.5b-instruct.json", 24, 2, 64, 12_288),
+        # Multi-head: four times Llama-3-8B's cache per token at the same depth and width.
+        ("llama-2-7b.json", 32, 32, 128, 524_288),
         # An explicit head_dim that is not hidden_size / heads (3072 / 16 = 192).
         ("gemma-7b.json", 28, 16, 256, 458_752),
         # Grouped-query and an explicit head_dim (5120 / 32 = 160).
@@ -137,6 +139,9 @@ def test_weights_estimates_match_published_parameter_counts() -> None:
     llama = estimate_parameters(read_model_config(CONFIGS / "llama-3-8b.json"))
     qwen = estimate_parameters(read_model_config(CONFIGS / "qwen2.5-0.5b-instruct.json"))
     assert llama == pytest.approx(8.03e9, rel=0.01)
+    assert estimate_parameters(read_model_config(CONFIGS / "llama-2-7b.json")) == pytest.approx(
+        6.74e9, rel=0.01
+    )
     assert qwen == pytest.approx(0.494e9, rel=0.01)
 
 

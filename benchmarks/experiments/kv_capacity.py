@@ -119,7 +119,7 @@ def _formula_section(result: Capacity) -> list[str]:
         claim = ""
         if row.name.startswith("qwen2.5-0.5b"):
             claim = f"{course.QWEN_KB_PER_TOKEN} KB"
-        elif row.name in ("llama-3-8b", "mistral-7b-v0.1"):
+        elif row.name in ("llama-2-7b", "llama-3-8b", "mistral-7b-v0.1"):
             claim = f'~{course.SEVEN_B_KB_PER_TOKEN} KB ("a 7B model")'
         size = (
             "refused"
