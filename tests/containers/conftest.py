@@ -14,6 +14,7 @@ it all down again: containers, networks, volumes, the API service.
 import contextlib
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,19 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if collection_path.resolve().parent == HERE and not named_on_command_line(config):
         return True
     return None
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """What the run starts and what it leaves out, at the top of the log."""
+    if not named_on_command_line(config):
+        return []
+    with tempfile.TemporaryDirectory() as tmp:
+        env_file = Path(tmp) / "empty.env"
+        env_file.write_text("")
+        project = ComposeProject("header", env_file)
+    lines = [f"compose services run: {', '.join(project.runnable())}"]
+    lines += [f"left out of the run: {name} ({why})" for name, why in project.left_out().items()]
+    return lines
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -98,8 +112,6 @@ class StackRun:
         self.service.wait_ready()
         self.project = ComposeProject(self.name, self.env_file, docker_host=self.service.url)
         services = self.project.runnable()
-        for left_out, why in self.project.left_out().items():
-            print(f"\nleft out of the run: {left_out} ({why})")
         self.health.start()
         # --no-build: the images were built from the Dockerfiles beforehand.
         # `up` waits for the engine to be healthy before it starts the gateway
