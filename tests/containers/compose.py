@@ -142,12 +142,14 @@ class ComposeProject:
         }
 
     def gateways(self) -> list[str]:
-        """Services built from the project's gateway Dockerfile."""
-        return [
-            name
-            for name in self.runnable()
-            if self.services[name].get("build", {}).get("dockerfile") == GATEWAY_DOCKERFILE
-        ]
+        """Services that run the image built from the project's gateway
+        Dockerfile (replicas may name the image without building it again)."""
+        images = {
+            service["image"]
+            for service in self.services.values()
+            if service.get("build", {}).get("dockerfile") == GATEWAY_DOCKERFILE
+        }
+        return [name for name in self.runnable() if self.services[name]["image"] in images]
 
     def upstreams(self, gateway: str) -> list[Endpoint]:
         """The engines a gateway sends to (GATEWAY_UPSTREAM_URLS or _URL)."""
@@ -168,7 +170,10 @@ class ComposeProject:
         return list(found.values())
 
     def image_built_here(self, service: str) -> bool:
-        return "build" in self.services[service]
+        """Whether the service runs an image built from one of the project's
+        Dockerfiles (by this service or another one naming the same image)."""
+        built = {s["image"] for s in self.services.values() if "build" in s}
+        return self.services[service]["image"] in built
 
     def published_port(self, service: str, target: int) -> int:
         """The host port a service's container port is published on."""
