@@ -1,18 +1,24 @@
-"""Every error the gateway answers with, and the one place that turns an error
-into an HTTP response or into a final SSE event.
+"""Every error the gateway answers with, as plain data.
 
-Each error knows its OpenAI-shaped body, its HTTP status, whether it is a
-``rejected`` outcome (refused before the engine saw the request) or a
-``failed`` one (went wrong after admission), and, for rejections, the
-``reason`` label of ``gateway_rejections_total``.
+Each error knows its OpenAI-shaped body, its HTTP status and headers, the
+outcome it gives the request (``rejected``: refused as the client's fault or
+by policy; ``failed``: went wrong on the gateway's or the engine's side) and,
+for rejections, the ``reason`` label of ``gateway_rejections_total``.
+
+Nothing here imports the web framework: admission, keys and the relay raise
+these errors; ``app.responses`` is the one place that turns them into HTTP
+responses, and ``sse_error_event`` into the final event of a broken stream.
 """
 
 import json
 from typing import Any, Literal
 
-from starlette.responses import JSONResponse, Response
-
 Outcome = Literal["completed", "rejected", "cancelled", "failed"]
+
+
+class ClientDisconnected(Exception):
+    """The client went away before the gateway answered (not an error to
+    answer: there is nobody left to answer)."""
 
 
 class GatewayError(Exception):
@@ -28,11 +34,13 @@ class GatewayError(Exception):
         *,
         param: str | None = None,
         retry_after: float | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.retry_after = retry_after
+        self.extra_headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {
@@ -45,12 +53,13 @@ class GatewayError(Exception):
         }
 
     def headers(self) -> dict[str, str]:
-        if self.retry_after is None:
-            return {}
-        return {"Retry-After": str(max(1, round(self.retry_after)))}
+        headers = dict(self.extra_headers)
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, round(self.retry_after)))
+        return headers
 
 
-# --- refused before the engine saw the request ---------------------------
+# --- refused: the client's fault, or policy ---------------------------------
 
 
 class InvalidRequest(GatewayError):
@@ -65,10 +74,59 @@ class ModelNotFound(InvalidRequest):
     code = "model_not_found"
 
 
+class TooLong(InvalidRequest):
+    """A request that can never run: its prompt (plus one token) is longer
+    than the model's context, or its smallest demand exceeds the KV cache.
+    A 400, never a 429: retrying cannot help."""
+
+    code = "context_length_exceeded"
+    reason = "too_large"
+
+
 class BodyTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
     reason = "too_large"
+
+
+class UnsupportedMediaType(InvalidRequest):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class BodyTimeout(InvalidRequest):
+    status = 408
+    code = "request_timeout"
+    reason = "body_timeout"
+
+
+class Unauthorized(InvalidRequest):
+    status = 401
+    code = "invalid_api_key"
+    reason = "unauthorized"
+
+
+class Forbidden(InvalidRequest):
+    status = 403
+    type = "permission_error"
+    code = "priority_not_allowed"
+    reason = "forbidden"
+
+
+class RateLimited(GatewayError):
+    """Over one of the key's limits. ``type`` names the limit as OpenAI does
+    (``requests`` or ``tokens``); ``headers`` carry ``x-ratelimit-*``."""
+
+    status = 429
+    code = "rate_limit_exceeded"
+    outcome = "rejected"
+    reason = "rate_limited"
+
+    def __init__(
+        self, message: str, *, limit: str, retry_after: float, headers: dict[str, str]
+    ) -> None:
+        super().__init__(message, retry_after=retry_after, headers=headers)
+        self.type = limit
 
 
 class OverCapacity(GatewayError):
@@ -82,6 +140,17 @@ class OverCapacity(GatewayError):
     def __init__(self, message: str, *, reason: str, retry_after: float) -> None:
         super().__init__(message, retry_after=retry_after)
         self.reason = reason
+
+
+class Overloaded(GatewayError):
+    """More requests are being received than the gateway takes at once
+    (``GATEWAY_MAX_PENDING``): refused before their bodies are read."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "overloaded"
+    outcome = "rejected"
+    reason = "overloaded"
 
 
 class EngineUnavailable(GatewayError):
@@ -100,7 +169,24 @@ class Draining(GatewayError):
     reason = "draining"
 
 
-# --- went wrong after admission -------------------------------------------
+class SlowReader(GatewayError):
+    """The client stopped reading its stream; it was dropped at the send
+    timeout. No response goes out (the stream had started); the record says why."""
+
+    status = 200
+    type = "timeout_error"
+    code = "send_timeout"
+    outcome = "rejected"
+    reason = "slow_reader"
+
+
+# --- failed: went wrong on the gateway's or the engine's side --------------
+
+
+class InternalError(GatewayError):
+    """A bug: answered, counted and logged once, never a bare 500."""
+
+    code = "internal_error"
 
 
 class UpstreamFailed(GatewayError):
@@ -134,7 +220,9 @@ class StoppedByShutdown(UpstreamFailed):
 
 class EngineStatusError(UpstreamFailed):
     """The engine answered with an error status; its body is passed on as is
-    when it is already OpenAI-shaped."""
+    when it is already OpenAI-shaped. A 4xx (other than 429) is the client's
+    error — a sampling parameter the engine refused —, so the request counts
+    as ``rejected`` with reason ``engine_invalid``."""
 
     def __init__(self, status: int, content: bytes, retry_after: float | None = None) -> None:
         parsed = _openai_error(content)
@@ -144,6 +232,9 @@ class EngineStatusError(UpstreamFailed):
         self.content = content if parsed else None
         if parsed:
             self.type = str(parsed["error"].get("type") or self.type)
+        if 400 <= status < 500 and status != 429:
+            self.outcome = "rejected"
+            self.reason = "engine_invalid"
 
 
 def _openai_error(content: bytes) -> dict[str, Any] | None:
@@ -158,18 +249,6 @@ def _openai_error(content: bytes) -> dict[str, Any] | None:
     ):
         return parsed
     return None
-
-
-# --- the one mapping to the wire ------------------------------------------
-
-
-def error_response(error: GatewayError) -> Response:
-    headers = error.headers()
-    if isinstance(error, EngineStatusError) and error.content is not None:
-        return Response(
-            error.content, status_code=error.status, headers=headers, media_type="application/json"
-        )
-    return JSONResponse(error.body(), status_code=error.status, headers=headers)
 
 
 def sse_error_event(error: GatewayError) -> bytes:

@@ -14,8 +14,9 @@ from starlette.responses import Response
 
 from app.api import completions, health
 from app.drain import Drain
-from app.errors import GatewayError, InvalidRequest, error_response
+from app.errors import GatewayError, InternalError, InvalidRequest
 from app.request_id import RequestIdMiddleware
+from app.responses import error_response
 from app.services import build_services
 from app.settings import Settings, get_settings
 
@@ -75,7 +76,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def unexpected(_: Request, exc: Exception) -> Response:
         log.exception("unhandled error", exc_info=exc)
-        return error_response(GatewayError("internal gateway error"))
+        return error_response(InternalError("internal gateway error"))
 
     app.add_exception_handler(HTTPException, http_error)
     app.add_exception_handler(RequestValidationError, invalid)

@@ -1,39 +1,16 @@
-"""The one mapping from errors to responses and SSE events."""
+"""Errors as data: their outcome, reason and final SSE event."""
 
 import json
 
-from app.errors import (
-    EngineStatusError,
-    OverCapacity,
-    UpstreamTimeout,
-    error_response,
-    sse_error_event,
-)
+from app.errors import EngineStatusError, UpstreamTimeout, sse_error_event
 
 
-def test_rejections_carry_retry_after_and_openai_shape() -> None:
-    response = error_response(OverCapacity("full", reason="queue_full", retry_after=2.4))
-    assert response.status_code == 429
-    assert response.headers["retry-after"] == "2"
-    body = json.loads(bytes(response.body))
-    assert set(body["error"]) == {"message", "type", "param", "code"}
-
-
-def test_engine_errors_in_openai_shape_pass_through_unchanged() -> None:
-    content = (
-        b'{"error":{"message":"bad temperature","type":"BadRequestError",'
-        b'"param":"temperature","code":400}}'
-    )
-    response = error_response(EngineStatusError(400, content))
-    assert response.status_code == 400
-    assert bytes(response.body) == content
-
-
-def test_engine_errors_in_other_shapes_are_wrapped() -> None:
-    error = EngineStatusError(500, b"Internal Server Error")
-    body = json.loads(bytes(error_response(error).body))
-    assert body["error"]["message"] == "engine answered 500"
-    assert error.outcome == "failed"
+def test_an_engine_4xx_is_the_clients_error_and_a_5xx_a_failure() -> None:
+    refused = EngineStatusError(400, b'{"error": {"message": "bad temperature"}}')
+    assert (refused.outcome, refused.reason) == ("rejected", "engine_invalid")
+    broken = EngineStatusError(500, b"Internal Server Error")
+    assert broken.outcome == "failed"
+    assert EngineStatusError(429, b"").outcome == "failed"
 
 
 def test_a_stream_error_is_one_data_event() -> None:

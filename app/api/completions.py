@@ -5,8 +5,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import ServicesDep
-from app.errors import EngineUnavailable, error_response
+from app.errors import EngineUnavailable
 from app.pipeline import serve_completion
+from app.responses import error_response
 
 router = APIRouter(prefix="/v1")
 
