@@ -7,6 +7,8 @@ exist from the first scrape.
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from app.identity import PRIORITIES
+
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 REJECTION_REASONS = (
     "invalid",
@@ -16,8 +18,7 @@ REJECTION_REASONS = (
     "unavailable",
     "draining",
 )
-CANCEL_PHASES = ("queued", "waiting_first_token", "streaming", "non_streaming")
-PRIORITIES = ("high", "normal", "low")
+CANCEL_PHASES = ("receiving", "queued", "waiting_first_token", "streaming", "non_streaming")
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -71,8 +72,8 @@ class GatewayMetrics:
         )
         self.duration = Histogram(
             "gateway_request_duration_seconds",
-            "Arrival to last byte.",
-            ["route"],
+            "Arrival to last byte, by outcome (served and refused apart).",
+            ["route", "outcome"],
             buckets=_DURATION_BUCKETS,
             registry=r,
         )
@@ -102,7 +103,7 @@ class GatewayMetrics:
         for route in ("chat", "completions"):
             for outcome in OUTCOMES:
                 self.requests.labels(route, outcome)
-            self.duration.labels(route)
+                self.duration.labels(route, outcome)
         for reason in REJECTION_REASONS:
             self.rejections.labels(reason)
         for phase in CANCEL_PHASES:

@@ -1,13 +1,15 @@
 """One completion request, end to end: validation → admission → engine → client.
 
 Every request that reaches a route gets a ``RequestRecord`` here and leaves
-with exactly one outcome. Errors of any stage are ``GatewayError``s, turned
-into responses in one place (``app.errors.error_response``); a stream that
-breaks after it started ends with ``app.errors.sse_error_event``.
+with exactly one outcome, whatever happens — a client that leaves while its
+body is still arriving, input that breaks a parser, a bug. Errors of any
+stage are ``GatewayError``s, turned into responses in one place
+(``app.responses.error_response``); a stream that breaks after it started
+ends with ``app.errors.sse_error_event``.
 """
 
 import json
-import re
+import logging
 import time
 
 import httpx
@@ -16,34 +18,38 @@ from starlette.responses import Response
 
 from app.admission.base import Ticket
 from app.errors import (
+    ClientDisconnected,
     Draining,
     EngineStatusError,
     EngineUnavailable,
     GatewayError,
+    InternalError,
     InvalidRequest,
     StoppedByShutdown,
     UpstreamFailed,
     UpstreamTimeout,
     UpstreamUnreachable,
-    error_response,
 )
+from app.identity import ANONYMOUS, TENANT_PATTERN, parse_priority
 from app.record import RequestRecord
-from app.relay.disconnect import ClientDisconnected, Stopped, until_disconnected
-from app.relay.stream import RelayResponse, StreamRelay
+from app.relay.disconnect import Stopped, until_disconnected
+from app.relay.response import RelayResponse
+from app.relay.stream import StreamRelay
 from app.relay.upstream import close_quietly
+from app.responses import error_response
 from app.services import Services
-from app.validation import CompletionJob, Route, check_request, read_json_body
+from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
+
+log = logging.getLogger("gateway")
 
 ENGINE_PATHS: dict[Route, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-PRIORITIES = ("high", "normal", "low")
-_TENANT = re.compile(r"[A-Za-z0-9._:@\-]{1,64}")
 
 
 def open_record(request: Request, route: Route, services: Services) -> RequestRecord:
     return RequestRecord(
         request_id=request.state.request_id,
         route=route,
-        tenant=request.headers.get("x-tenant-id") or "anonymous",
+        tenant=request.headers.get("x-tenant-id") or ANONYMOUS,
         priority=(request.headers.get("x-priority") or "normal").lower(),
         telemetry=services.telemetry,
     )
@@ -95,6 +101,12 @@ async def serve_completion(request: Request, route: Route, services: Services) -
     except ClientDisconnected:
         record.cancel()
         return Response(status_code=499)
+    except Exception:
+        # A bug: the request still ends in one outcome, answered and logged once.
+        log.exception("unexpected error while serving a request")
+        internal = InternalError("internal gateway error")
+        record.fail(internal)
+        return error_response(internal)
     finally:
         if not handed_to_stream:
             drain.leave()
@@ -110,18 +122,20 @@ async def _accept(
             "the gateway is shutting down; retry on another instance",
             retry_after=settings.retry_after_unavailable,
         )
-    if not _TENANT.fullmatch(record.tenant):
+    if not TENANT_PATTERN.fullmatch(record.tenant):
         raise InvalidRequest("X-Tenant-Id: 1 to 64 letters, digits or ._:@-", param="X-Tenant-Id")
-    if record.priority not in PRIORITIES:
+    if parse_priority(record.priority) is None:
         raise InvalidRequest("X-Priority: one of high, normal, low", param="X-Priority")
-    body = await read_json_body(request, settings.max_body_bytes)
+    body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
+    record.phase = "queued"
     if not services.monitor.up:
         raise EngineUnavailable(
             "the engine is not available", retry_after=settings.retry_after_unavailable
         )
     model = body.get("model")
     models = await services.monitor.models_for(model if isinstance(model, str) else "")
-    job = check_request(route, body, models, settings.max_n)
+    limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
+    job = check_request(route, body, models, limits, request.scope.get("http_version", "1.1"))
     record.stream = job.stream
     return job
 
@@ -133,29 +147,31 @@ async def _open_stream(
     upstream = await until_disconnected(
         request.receive,
         lambda: services.engine.open(
-            ENGINE_PATHS[job.route], job.upstream_body(), record.request_id, stream=True
+            ENGINE_PATHS[job.route], job.upstream_body, record.engine_request_id, stream=True
         ),
         discard=close_quietly,
     )
 
-    def on_close(closed: RequestRecord) -> None:
-        _release(services, ticket, closed)
+    def on_close() -> None:
+        _release(services, ticket, record)
         services.drain.leave()
 
-    relay = StreamRelay(
+    settings = services.settings
+    relay = StreamRelay(record, services.metrics, forward_usage=job.wants_usage)
+    return RelayResponse(
         upstream,
+        relay,
         record,
-        services.metrics,
         services.drain,
-        forward_usage=job.wants_usage,
+        ping_seconds=settings.sse_ping_seconds,
+        send_timeout=settings.sse_send_timeout,
         on_close=on_close,
     )
-    return RelayResponse(relay, services.settings)
 
 
 async def _call(job: CompletionJob, record: RequestRecord, services: Services) -> Response:
     upstream = await services.engine.open(
-        ENGINE_PATHS[job.route], job.upstream_body(), record.request_id, stream=False
+        ENGINE_PATHS[job.route], job.upstream_body, record.engine_request_id, stream=False
     )
     try:
         content = await upstream.aread()

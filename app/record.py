@@ -7,13 +7,14 @@ call wins, counts the outcome in the metrics and writes the access-log line.
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
 from app.errors import GatewayError, Outcome
 from app.metrics import GatewayMetrics
 
-Phase = Literal["received", "queued", "waiting_first_token", "streaming", "non_streaming"]
+Phase = Literal["receiving", "queued", "waiting_first_token", "streaming", "non_streaming"]
 
 access_log = logging.getLogger("gateway.access")
 
@@ -31,13 +32,13 @@ class Telemetry:
         if rec.outcome == "rejected":
             m.rejections.labels(rec.reason or "invalid").inc()
         elif rec.outcome == "cancelled":
-            m.cancellations.labels(rec.phase if rec.phase != "received" else "queued").inc()
+            m.cancellations.labels(rec.phase).inc()
         if rec.outcome in ("completed", "cancelled"):
             if rec.prompt_tokens:
                 m.tokens.labels("prompt").inc(rec.prompt_tokens)
             if rec.completion_tokens:
                 m.tokens.labels("completion").inc(rec.completion_tokens)
-        m.duration.labels(rec.route).observe(rec.ended_at - rec.arrival)
+        m.duration.labels(rec.route, rec.outcome).observe(rec.ended_at - rec.arrival)
         access_log.info("request finished", extra={"fields": rec.log_fields()})
 
 
@@ -50,8 +51,12 @@ class RequestRecord:
     telemetry: Telemetry
     arrival: float = field(default_factory=time.perf_counter)
     arrival_wall: float = field(default_factory=time.time)
+    # The id the engine sees: made by the gateway, so two clients that send
+    # the same X-Request-Id never share an engine request.
+    engine_request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    key_id: str | None = None
     stream: bool = False
-    phase: Phase = "received"
+    phase: Phase = "receiving"
     admitted_at: float | None = None
     first_token_at: float | None = None
     prompt_tokens: int | None = None
@@ -101,6 +106,8 @@ class RequestRecord:
 
         return {
             "request_id": self.request_id,
+            "engine_request_id": self.engine_request_id,
+            "key_id": self.key_id,
             "arrival_ts": round(self.arrival_wall, 4),
             "route": self.route,
             "tenant": self.tenant,

@@ -34,9 +34,12 @@ class Settings(BaseSettings):
     health_interval: float = Field(1.0, gt=0)
     health_timeout: float = Field(2.0, gt=0)
 
-    # Request limits.
+    # Request limits. The body must arrive within ``body_timeout`` seconds.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    body_timeout: float = Field(30.0, gt=0)
     max_n: int = Field(16, ge=1)
+    # Most prompts in one batch (`prompt` as a list on /v1/completions).
+    max_batch: int = Field(32, ge=1)
 
     # Retry-After (seconds) sent with 503 when the engine is down or the gateway drains.
     retry_after_unavailable: int = Field(5, ge=1)
@@ -53,9 +56,12 @@ class Settings(BaseSettings):
 
     # Admission control (``off`` keeps validation, metrics and auth).
     admission: Literal["on", "off"] = "on"
-    # Requests admitted at once, whatever the KV budget (set it to the
+    # Sequences admitted at once, whatever the KV budget (set it to the
     # engine's --max-num-seqs or a little above).
     max_concurrency: int = Field(256, ge=1)
+    # Most of the KV budget (and of max_concurrency) one request is charged,
+    # so that no single request can hold admission up until the engine empties.
+    max_request_share: float = Field(0.5, gt=0, le=1)
     queue_max_depth: int = Field(512, ge=0)
     # How long a request may wait in the queue before it gets 429.
     queue_timeout: float = Field(30.0, gt=0)

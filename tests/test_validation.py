@@ -5,10 +5,17 @@ from typing import Any
 
 import pytest
 
-from app.errors import GatewayError, InvalidRequest, ModelNotFound
-from app.validation import check_request
+from app.errors import GatewayError, InvalidRequest, ModelNotFound, TooLong
+from app.validation import CompletionJob, Limits, Prompt, check_request
 
 MODELS = {"tiny": 2048}
+LIMITS = Limits(max_n=16, max_batch=4)
+
+
+def check(route: Any, body: dict[str, Any], http_version: str = "1.1") -> CompletionJob:
+    return check_request(route, body, MODELS, LIMITS, http_version)
+
+
 CHAT: dict[str, Any] = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION: dict[str, Any] = {"model": "tiny", "prompt": "hi"}
 
@@ -33,6 +40,12 @@ BAD = [
     ("completions", {**COMPLETION, "prompt": 5}, InvalidRequest, "prompt"),
     ("completions", {**COMPLETION, "prompt": []}, InvalidRequest, "prompt"),
     ("completions", {**COMPLETION, "max_tokens": True}, InvalidRequest, "max_tokens"),
+    ("completions", {**COMPLETION, "prompt": ["a"] * 5}, InvalidRequest, "prompt"),
+    ("completions", {**COMPLETION, "prompt": [[1], []]}, InvalidRequest, "prompt"),
+    ("completions", {**COMPLETION, "prompt": [1] * 2048}, TooLong, "prompt"),
+    ("completions", {**COMPLETION, "prompt": [[1], [1] * 3000]}, TooLong, "prompt"),
+    ("completions", {**COMPLETION, "prompt": [1] * 2000, "max_tokens": 100}, TooLong, "max_tokens"),
+    ("completions", {**COMPLETION, "prompt": "\ud800"}, InvalidRequest, None),
 ]
 
 
@@ -41,43 +54,52 @@ def test_bad_requests_are_refused_with_the_field_named(
     route: Any, body: dict[str, Any], error: type[GatewayError], param: str
 ) -> None:
     with pytest.raises(error) as caught:
-        check_request(route, body, MODELS, max_n=16)
+        check(route, body)
     assert caught.value.param == param
     assert 400 <= caught.value.status < 500
     assert caught.value.outcome == "rejected"
 
 
 def test_a_good_chat_request_is_described_for_admission() -> None:
-    job = check_request(
-        "chat", {**CHAT, "max_completion_tokens": 50, "n": 2, "stream": True}, MODELS, 16
-    )
+    job = check("chat", {**CHAT, "max_completion_tokens": 50, "n": 2, "stream": True})
     assert (job.model, job.stream, job.max_tokens, job.n) == ("tiny", True, 50, 2)
-    assert job.prompt_text == "hi"
+    assert job.prompts == (Prompt(text="hi"),)
+    assert job.sequences == 2
     assert not job.wants_usage
 
 
-def test_streams_ask_the_engine_for_usage_and_keep_other_fields() -> None:
-    job = check_request("chat", {**CHAT, "stream": True, "temperature": 0.5}, MODELS, 16)
-    sent = json.loads(job.upstream_body())
-    assert sent["stream_options"] == {"include_usage": True}
+def test_streams_ask_the_engine_for_usage_in_the_last_chunk_and_keep_other_fields() -> None:
+    job = check("chat", {**CHAT, "stream": True, "temperature": 0.5})
+    sent = json.loads(job.upstream_body)
+    assert sent["stream_options"] == {"include_usage": True, "continuous_usage_stats": False}
     assert sent["temperature"] == 0.5
-    assert "stream_options" not in json.loads(
-        check_request("chat", CHAT, MODELS, 16).upstream_body()
-    )
+    assert "stream_options" not in json.loads(check("chat", CHAT).upstream_body)
 
 
-def test_a_client_that_asks_for_usage_gets_it() -> None:
-    body = {**COMPLETION, "stream": True, "stream_options": {"include_usage": True}}
-    assert check_request("completions", body, MODELS, 16).wants_usage
+def test_a_client_that_asks_for_usage_gets_it_as_asked() -> None:
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    job = check("completions", {**COMPLETION, "stream": True, "stream_options": options})
+    assert job.wants_usage
+    assert json.loads(job.upstream_body)["stream_options"] == options
 
 
-def test_prompts_given_as_token_ids_are_counted() -> None:
-    job = check_request("completions", {**COMPLETION, "prompt": [1, 2, 3]}, MODELS, 16)
-    assert (job.prompt_text, job.prompt_token_ids) == ("", 3)
-    batch = check_request("completions", {**COMPLETION, "prompt": [[1, 2], [3]]}, MODELS, 16)
-    assert batch.prompt_token_ids == 3
+def test_prompts_given_as_token_ids_are_counted_and_batches_are_sequences() -> None:
+    job = check("completions", {**COMPLETION, "prompt": [1, 2, 3]})
+    assert job.prompts == (Prompt(token_ids=3),)
+    batch = check("completions", {**COMPLETION, "prompt": [[1, 2], [3]], "n": 3})
+    assert batch.prompts == (Prompt(token_ids=2), Prompt(token_ids=1))
+    assert batch.sequences == 6
+    texts = check("completions", {**COMPLETION, "prompt": ["a", "bc"]})
+    assert texts.prompts == (Prompt(text="a"), Prompt(text="bc"))
 
 
 def test_chat_content_parts_count_as_prompt_text() -> None:
     body = {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "abc"}]}]}
-    assert check_request("chat", body, MODELS, 16).prompt_text == "abc"
+    assert check("chat", body).prompts == (Prompt(text="abc"),)
+
+
+def test_streaming_needs_http_1_1() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        check("chat", {**CHAT, "stream": True}, http_version="1.0")
+    assert caught.value.param == "stream"
+    assert not check("chat", CHAT, http_version="1.0").stream

@@ -9,6 +9,7 @@ engine's capacity and preemption counter (from the engine monitor's reads of
 import asyncio
 import time
 
+from app.admission.demand import Demand, demand_of, refuse_if_it_can_never_fit
 from app.admission.estimate import PromptTokenEstimator
 from app.admission.policy import (
     AdmissionPolicy,
@@ -30,6 +31,7 @@ class AdmissionController:
         self.policy = AdmissionPolicy(
             PolicyConfig(
                 max_concurrency=settings.max_concurrency,
+                max_request_share=settings.max_request_share,
                 max_queue_depth=settings.queue_max_depth,
                 initial_factor=settings.overcommit_initial,
                 max_factor=settings.overcommit_max,
@@ -51,20 +53,25 @@ class AdmissionController:
     async def admit(self, job: CompletionJob, record: RequestRecord) -> "Ticket":
         if self._draining:
             raise self._draining_error()
-        prompt = self._prompt_tokens(job)
-        output = job.max_tokens or max(1, (job.max_model_len or prompt + 1) - prompt)
+        policy = self.policy
+        cache = None
+        if policy.num_blocks is not None and policy.block_size is not None:
+            cache = (policy.num_blocks, policy.block_size)
+        refuse_if_it_can_never_fit(job, self.estimator, cache)
+        demand = demand_of(job, self.estimator)
         now = time.monotonic()
         waiter = Waiter(
             tenant=record.tenant,
             priority=record.priority,
-            tokens=(prompt + output) * job.n,
+            tokens=demand.tokens,
             arrival=now,
             deadline=now + self._queue_timeout,
+            sequences=demand.sequences,
         )
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
         waiter.handle = future
         try:
-            self.policy.enqueue(waiter, self.policy.blocks_for(prompt + output) * job.n, now)
+            policy.enqueue(waiter, demand.blocks(policy.block_size or 1), now)
         except QueueFull as full:
             raise OverCapacity(
                 "the gateway's queue is full; retry after the time given in Retry-After",
@@ -73,11 +80,10 @@ class AdmissionController:
             ) from None
         self._dispatch()
         if not future.done():
-            record.phase = "queued"
             await self._wait(waiter, future)
         reservation = future.result()
         self._metrics.queue_wait.observe(time.monotonic() - waiter.arrival)
-        return Ticket(self, reservation, job, prompt)
+        return Ticket(self, reservation, job, demand)
 
     async def _wait(self, waiter: Waiter, future: "asyncio.Future[Reservation]") -> None:
         try:
@@ -113,17 +119,7 @@ class AdmissionController:
         self.policy.observe_engine(stats.preemptions_total, stats.kv_usage)
         self._dispatch()
 
-    @property
-    def capacity_known(self) -> bool:
-        return self.policy.num_blocks is not None
-
     # --- internals --------------------------------------------------------------
-
-    def _prompt_tokens(self, job: CompletionJob) -> int:
-        estimate = job.prompt_token_ids
-        if job.prompt_text or not estimate:
-            estimate += self.estimator.estimate(job.route, len(job.prompt_text))
-        return estimate
 
     def _dispatch(self) -> None:
         admitted, expired = self.policy.pop_admissible(time.monotonic())
@@ -174,23 +170,22 @@ class Ticket:
         controller: AdmissionController,
         reservation: Reservation,
         job: CompletionJob,
-        prompt: int,
+        demand: Demand,
     ) -> None:
         self._controller = controller
-        self._reservation = reservation
+        self.reservation = reservation
         self._job = job
-        self._prompt_estimate = prompt
+        self._demand = demand
 
     def release(self, record: RequestRecord) -> None:
-        if self._reservation.released:
+        if self.reservation.released:
             return
         used = None
+        job = self._job
         if record.outcome == "completed" and record.completion_tokens is not None:
-            prompt = (record.prompt_tokens or self._prompt_estimate) * self._job.n
+            prompt = (record.prompt_tokens or self._demand.prompt_tokens) * job.n
             used = (prompt, record.completion_tokens)
-            job = self._job
-            if record.prompt_tokens and job.prompt_text and not job.prompt_token_ids:
-                self._controller.estimator.observe(
-                    job.route, len(job.prompt_text), record.prompt_tokens
-                )
-        self._controller.give_back(self._reservation, used)
+            (first, *rest) = job.prompts
+            if record.prompt_tokens and first.text and not rest:
+                self._controller.estimator.observe(job.route, len(first.text), record.prompt_tokens)
+        self._controller.give_back(self.reservation, used)

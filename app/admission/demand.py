@@ -1,0 +1,95 @@
+"""What a request asks of the engine's KV cache, and refusing up front what
+can never fit.
+
+A prompt given as token ids is counted exactly; a text prompt's tokens are
+estimated (``PromptTokenEstimator``). The estimate is good on average but can
+be wrong for odd text (a long run of one character is a few tokens per many
+characters), so a text prompt is only *certainly* as long as
+``CERTAIN_SHARE`` of its estimate: requests are refused on that lower bound,
+and near the limit the engine decides, as it would without the gateway.
+"""
+
+import math
+from dataclasses import dataclass
+
+from app.admission.estimate import PromptTokenEstimator
+from app.errors import TooLong
+from app.validation import CompletionJob, Prompt
+
+# A text prompt has at least this share of its estimated tokens.
+CERTAIN_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Demand:
+    """One request's worst case: ``seq_tokens`` holds prompt + output tokens
+    of the sequence of each prompt; each runs ``n`` times."""
+
+    seq_tokens: tuple[int, ...]
+    n: int
+    prompt_tokens: int
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.seq_tokens) * self.n
+
+    @property
+    def sequences(self) -> int:
+        return len(self.seq_tokens) * self.n
+
+    def blocks(self, block_size: int) -> int:
+        return sum(math.ceil(t / block_size) for t in self.seq_tokens) * self.n
+
+
+def demand_of(job: CompletionJob, estimator: PromptTokenEstimator) -> Demand:
+    seq_tokens = []
+    prompt_total = 0
+    for prompt in job.prompts:
+        tokens = _estimate(job, prompt, estimator)
+        output = job.max_tokens or max(1, (job.max_model_len or tokens + 1) - tokens)
+        seq_tokens.append(tokens + output)
+        prompt_total += tokens
+    return Demand(seq_tokens=tuple(seq_tokens), n=job.n, prompt_tokens=prompt_total)
+
+
+def refuse_if_it_can_never_fit(
+    job: CompletionJob,
+    estimator: PromptTokenEstimator,
+    cache: tuple[int, int] | None,
+) -> None:
+    """Raise ``TooLong`` (a 400) if the request certainly exceeds the model's
+    context, or if its smallest possible demand — each prompt plus one
+    token, for each of its sequences — exceeds the whole KV cache
+    (``cache`` = blocks, block size; None while unknown)."""
+    certain = [_certain(job, prompt, estimator) for prompt in job.prompts]
+    limit = job.max_model_len
+    longest = max(certain)
+    if limit is not None and longest + 1 > limit:
+        about = "" if all(p.token_ids for p in job.prompts) else "at least "
+        raise TooLong(
+            f"the prompt is {about}{longest} tokens; the model's context is {limit} tokens"
+            " (prompt plus at least one generated token)",
+            param="messages" if job.route == "chat" else "prompt",
+        )
+    if cache is None:
+        return
+    blocks, block_size = cache
+    smallest = sum(math.ceil((tokens + 1) / block_size) for tokens in certain) * job.n
+    if smallest > blocks:
+        raise TooLong(
+            f"the request needs at least {smallest} KV blocks of {block_size} tokens"
+            f" ({job.sequences} sequence(s)); the engine's whole cache is {blocks} blocks",
+            param="n" if job.n > 1 else None,
+        )
+
+
+def _estimate(job: CompletionJob, prompt: Prompt, estimator: PromptTokenEstimator) -> int:
+    if prompt.token_ids:
+        return prompt.token_ids
+    return estimator.estimate(job.route, len(prompt.text))
+
+
+def _certain(job: CompletionJob, prompt: Prompt, estimator: PromptTokenEstimator) -> int:
+    if prompt.token_ids:
+        return prompt.token_ids
+    return math.floor(estimator.estimate(job.route, len(prompt.text)) * CERTAIN_SHARE)
