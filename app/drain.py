@@ -2,9 +2,12 @@
 
 On SIGTERM the runner calls ``begin()``: readiness turns 503 and new (and
 queued) requests are refused as ``draining``. In-flight requests get a grace
-period; when it runs out the runner calls ``stop_streams()``: every relay ends
-its stream with a final SSE error event at its next chunk, and non-streaming
-calls still waiting for the engine are cancelled and answered 503.
+period; when it runs out the runner calls ``stop_streams()``, which calls
+every stop callback registered by an open stream — each ends its stream
+with a final SSE error event at once, whether or not the engine is sending —
+and wakes non-streaming calls still waiting for the engine, which answer 503.
+The coupling is this object alone: nothing watches the server's signal
+handlers.
 """
 
 import asyncio
@@ -24,6 +27,7 @@ class Drain:
         self._idle.set()
         self._stopping = asyncio.Event()
         self._listeners: list[Callable[[], None]] = []
+        self._stoppers: set[Callable[[], None]] = set()
 
     @property
     def active(self) -> int:
@@ -47,9 +51,22 @@ class Drain:
         for listener in self._listeners:
             listener()
 
+    def on_stop(self, stopper: Callable[[], None]) -> Callable[[], None]:
+        """Register what ends one open stream at the end of the grace period;
+        returns the function that unregisters it. Registered after the stop,
+        it is called at once."""
+        if self.stopping:
+            stopper()
+            return lambda: None
+        self._stoppers.add(stopper)
+        return lambda: self._stoppers.discard(stopper)
+
     def stop_streams(self) -> None:
         self.stopping = True
         self._stopping.set()
+        for stopper in list(self._stoppers):
+            stopper()
+        self._stoppers.clear()
 
     async def wait_stopping(self) -> None:
         """Return once the grace period is over (in-flight work must end)."""

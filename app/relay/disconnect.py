@@ -15,11 +15,9 @@ from typing import TypeVar
 import anyio
 from starlette.types import Receive
 
+from app.errors import ClientDisconnected
+
 T = TypeVar("T")
-
-
-class ClientDisconnected(Exception):
-    """The client went away before the gateway answered."""
 
 
 class Stopped(Exception):
