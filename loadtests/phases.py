@@ -68,7 +68,10 @@ def build_steps(
     for stage in stages:
         start = t0 + stage.start + SETTLE * stage.seconds
         end = t0 + stage.end
-        mine = [r for r in records if start <= r["start"] < end]
+        # Every request a step's users started counts for it (at a step past
+        # the knee, the ones started when the users arrived may be all there
+        # are); the engine's samples skip the step's first moments.
+        mine = [r for r in records if t0 + stage.start <= r["start"] < end]
         window = [s for s in samples if start <= s["t"] <= end]
         served = [r for r in mine if r["status"] == 200]
         step = Step(users=stage.users, seconds=end - start, requests=len(mine))

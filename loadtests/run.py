@@ -102,6 +102,10 @@ def main() -> int:
         "--csv-full-history",
         "--html",
         str(run / "locust.html"),
+        # When the shape ends, requests in flight finish and are recorded:
+        # past the knee, a step's requests may all still be running then.
+        "--stop-timeout",
+        "120",
         *users,
     ]
     started = time.time()

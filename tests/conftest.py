@@ -78,7 +78,7 @@ def idle_engine(engine: Engine) -> Engine:
     return engine
 
 
-def _start_gateway(log_dir: Path, upstream_url: str, settings: dict[str, object]) -> Gateway:
+def launch_gateway(log_dir: Path, upstream_url: str, settings: dict[str, object]) -> Gateway:
     port = free_port()
     env = {
         "GATEWAY_PORT": str(port),
@@ -99,7 +99,7 @@ def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
     started: list[Gateway] = []
 
     def start(upstream_url: str, **settings: object) -> Gateway:
-        gateway = _start_gateway(tmp_path, upstream_url, settings)
+        gateway = launch_gateway(tmp_path, upstream_url, settings)
         started.append(gateway)
         return gateway
 
@@ -111,7 +111,7 @@ def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
 @pytest.fixture(scope="module")
 def gateway(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A gateway in front of the session engine, admission off, shared by a module."""
-    gateway = _start_gateway(tmp_path_factory.mktemp("gateway"), engine.url, {"admission": "off"})
+    gateway = launch_gateway(tmp_path_factory.mktemp("gateway"), engine.url, {"admission": "off"})
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
     try:
         yield gateway

@@ -1,6 +1,8 @@
 """The OpenAI routes through the gateway, against the real engine, with the
 official ``openai`` client."""
 
+import json
+
 import httpx
 import pytest
 from openai import AsyncOpenAI
@@ -152,8 +154,15 @@ async def test_stream_headers_and_request_id_round_trip(gateway: Gateway) -> Non
     assert response.headers["cache-control"] == "no-cache"
     assert response.headers["x-accel-buffering"] == "no"
     assert response.headers["x-request-id"] == "trace-42"
-    # The engine got the same id: it names its completion after it.
-    assert b'"id":"chatcmpl-trace-42"' in response.content
+    # The engine got an id the gateway made (it names its completion after
+    # it), logged beside the client's.
+    (entry,) = [
+        json.loads(line)
+        for line in gateway.process.log_text().splitlines()
+        if line.startswith('{"ts"') and '"request_id":"trace-42"' in line
+    ]
+    assert b'"id":"chatcmpl-trace-42"' not in response.content
+    assert f'"id":"chatcmpl-{entry["engine_request_id"]}"'.encode() in response.content
 
 
 async def test_models_come_from_the_engine(gateway: Gateway) -> None:

@@ -21,9 +21,10 @@ import pytest
 import yaml
 
 from dashboards import build, snapshot
-from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, _start_gateway, wait_until
+from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, launch_gateway, wait_until
 from tests.observability.test_dashboards import load, queries
 from tests.support.procs import ROOT, ManagedProcess, free_port
+from tests.support.raw_http import close, connect, request_bytes
 from tests.support.streams import hold_streams, leave_after, open_stream, read_content_chunks
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
@@ -65,13 +66,15 @@ def prometheus(
     logs = tmp_path_factory.mktemp("observability")
     gateways = {
         # Admission on with a tiny queue: queue_full, queue_timeout, queued cancels.
-        "admission": _start_gateway(
+        "admission": launch_gateway(
             logs, engine.url, {"max_concurrency": 2, "queue_max_depth": 4, "queue_timeout": 1.5}
         ),
         # Admission off: engine-side waiting, preemptions, cancels in every engine phase.
-        "direct": _start_gateway(logs, engine.url, {"admission": "off", "drain_grace_seconds": 20}),
+        "direct": launch_gateway(logs, engine.url, {"admission": "off", "drain_grace_seconds": 20}),
         # An engine that is not there: unavailable.
-        "no-engine": _start_gateway(logs, f"http://127.0.0.1:{free_port()}", {}),
+        "no-engine": launch_gateway(logs, f"http://127.0.0.1:{free_port()}", {}),
+        # A non-streaming limit shorter than any long answer: failed (504).
+        "impatient": launch_gateway(logs, engine.url, {"upstream_non_stream_timeout": 0.1}),
     }
     config = logs / "prometheus.yml"
     config.write_text(
@@ -96,7 +99,7 @@ def prometheus(
         url = f"http://127.0.0.1:{port}"
         proc.wait_http(f"{url}/-/ready", timeout=60)
         prom = Prometheus(url)
-        assert wait_until(lambda: len(prom.query("up == 1")) == 4, timeout=30)
+        assert wait_until(lambda: len(prom.query("up == 1")) == 5, timeout=60)
         asyncio.run(drive_load(engine, gateways))
         # Two more scrapes and rule evaluations after the last event.
         time.sleep(4)
@@ -107,8 +110,18 @@ def prometheus(
             gateway.process.stop()
 
 
+async def abandon_upload(url: str) -> None:
+    head, body = request_bytes("/v1/completions", {"model": MODEL, "prompt": "x" * 100})
+    _, writer = await connect(url)
+    writer.write(head + body[:10])
+    await writer.drain()
+    await close(writer)
+
+
 async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
-    admission, direct, nowhere = (gateways[k].url for k in ("admission", "direct", "no-engine"))
+    admission, direct, nowhere, impatient = (
+        gateways[k].url for k in ("admission", "direct", "no-engine", "impatient")
+    )
     async with httpx.AsyncClient(timeout=120) as http:
         # Completed, with both finish reasons (natural EOS and max_tokens).
         for url in (admission, direct):
@@ -120,13 +133,18 @@ async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
                 await http.post(
                     f"{url}/v1/completions", json={**LONG, "prompt": f"Fixed {i}", "max_tokens": 20}
                 )
-        # Failed (the engine refuses), invalid, too large, unavailable.
+        # Failed (the engine takes longer than the gateway allows); refused by
+        # the engine, invalid, too large, unavailable; a client that leaves
+        # while its body is still arriving.
+        timed_out = await http.post(f"{impatient}/v1/completions", json={**LONG, "prompt": "x"})
+        assert timed_out.status_code == 504
         await http.post(
             f"{admission}/v1/completions", json={"model": MODEL, "prompt": "x", "temperature": -3}
         )
         await http.post(f"{admission}/v1/completions", content=b"{not json")
         await http.post(f"{admission}/v1/completions", content=b"x" * (5 * 1024 * 1024))
         await http.post(f"{nowhere}/v1/completions", json={"model": MODEL, "prompt": "x"})
+        await abandon_upload(admission)
 
         # The admission gateway's two slots taken: its queue fills with every
         # priority; one client leaves while queued, the others time out, and
@@ -208,10 +226,18 @@ def test_the_load_made_every_label_value_the_panels_break_out(
     ) == {"completed", "rejected", "cancelled", "failed"}
     assert prom.label_values(
         f"sum by (reason) (increase(gateway_rejections_total{window}))", "reason"
-    ) == {"invalid", "too_large", "queue_full", "queue_timeout", "unavailable", "draining"}
+    ) == {
+        "invalid",
+        "too_large",
+        "queue_full",
+        "queue_timeout",
+        "unavailable",
+        "draining",
+        "engine_invalid",
+    }
     assert prom.label_values(
         f"sum by (phase) (increase(gateway_cancellations_total{window}))", "phase"
-    ) == {"queued", "waiting_first_token", "streaming", "non_streaming"}
+    ) == {"receiving", "queued", "waiting_first_token", "streaming", "non_streaming"}
     assert prom.label_values(
         f"max by (priority) (max_over_time(gateway_queue_depth{window}))", "priority"
     ) == {"high", "normal", "low"}

@@ -1,0 +1,209 @@
+"""The pipeline's glue, in-process: every request ends in exactly one outcome
+and gives back whatever it held, however it ends. The races (a client that
+leaves mid-upload, one admitted just as it leaves) are set up step by step
+against a scripted engine, not slept into."""
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from app.admission.controller import AdmissionController, Ticket
+from app.record import RequestRecord
+from app.validation import CompletionJob
+from tests.support.asgi import InProcessGateway, in_process_gateway
+from tests.support.scripted_engine import DONE, MODEL, chunk, usage_chunk
+
+COMPLETIONS = "/v1/completions"
+
+
+def body(**fields: object) -> dict[str, object]:
+    return {"model": MODEL, "prompt": "hello", "max_tokens": 16, **fields}
+
+
+def outcomes(gateway: InProcessGateway) -> dict[str, float]:
+    return {
+        outcome: gateway.metric("gateway_requests_total", outcome=outcome)
+        for outcome in ("completed", "rejected", "cancelled", "failed")
+    }
+
+
+async def test_a_client_that_leaves_mid_upload_is_cancelled_while_receiving() -> None:
+    async with in_process_gateway() as gateway:
+        exchange = gateway.request(COMPLETIONS, complete=False)
+        exchange.send_body(b'{"model": "tiny", "pro', more=True)
+        exchange.disconnect()
+        await exchange.done()
+        assert outcomes(gateway) == {"completed": 0, "rejected": 0, "cancelled": 1, "failed": 0}
+        assert gateway.metric("gateway_cancellations_total", phase="receiving") == 1
+        assert gateway.engine.calls.empty()
+
+
+async def test_a_client_that_leaves_while_queued_never_reaches_the_engine() -> None:
+    async with in_process_gateway(max_concurrency=1) as gateway:
+        first = gateway.request(COMPLETIONS, body(stream=True))
+        call = await gateway.engine.calls.get()
+        call.stream()
+        queued = gateway.request(COMPLETIONS, body())
+        await _until(lambda: gateway.metric("gateway_queue_depth") == 1)
+        queued.disconnect()
+        await queued.done()
+        assert gateway.metric("gateway_cancellations_total", phase="queued") == 1
+        assert gateway.engine.calls.empty()
+        call.send(chunk("a") + usage_chunk(1, 1) + DONE)
+        call.end()
+        await first.done()
+        assert gateway.settled()
+        assert outcomes(gateway)["completed"] == 1
+
+
+@pytest.mark.parametrize("leave_first", [True, False])
+async def test_admitted_just_as_the_client_left_gives_the_capacity_back(
+    leave_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queued request is admitted (the holder's capacity given back) and
+    its client's disconnect arrives in the same turn of the loop, in either
+    order."""
+    tickets = capture_tickets(monkeypatch)
+    async with in_process_gateway(max_concurrency=1) as gateway:
+        holder = gateway.request(COMPLETIONS, body(stream=True))
+        call = await gateway.engine.calls.get()
+        call.stream()
+        await holder.wait_for(lambda e: e.status == 200)
+        queued = gateway.request(COMPLETIONS, body())
+        await _until(lambda: gateway.metric("gateway_queue_depth") == 1)
+        admission = gateway.services.admission
+        assert isinstance(admission, AdmissionController)
+        (holders_ticket,) = tickets
+        if leave_first:
+            queued.disconnect()
+            admission.give_back(holders_ticket.reservation)
+        else:
+            admission.give_back(holders_ticket.reservation)
+            queued.disconnect()
+        await queued.done()
+        assert gateway.metric("gateway_requests_total", outcome="cancelled") == 1
+        assert admission.policy.in_flight == 0
+        assert admission.policy.reserved_blocks == 0
+        # The holder's own release later changes nothing: it was given back once.
+        call.send(chunk("a") + DONE)
+        call.end()
+        await holder.done()
+        assert admission.policy.in_flight == 0
+        assert gateway.settled()
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"model": "tiny", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested"),
+        (b'{"model": "tiny", "prompt": "\\ud800", "max_tokens": 5}', "surrogate"),
+        (b'{"model": "tiny", "prompt": [[' + b"[1]," * 2000 + b"[1]]]}", None),
+    ],
+    ids=["deeply-nested", "lone-surrogate", "nested-token-lists"],
+)
+async def test_hostile_json_is_a_400_with_one_outcome(raw: bytes, message: str | None) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(COMPLETIONS, raw).done()
+        assert exchange.status == 400
+        error = exchange.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        if message:
+            assert message in error["message"]
+        assert outcomes(gateway) == {"completed": 0, "rejected": 1, "cancelled": 0, "failed": 0}
+        assert gateway.engine.calls.empty()
+
+
+async def test_a_body_that_is_not_json_by_its_content_type_is_a_415() -> None:
+    async with in_process_gateway() as gateway:
+        exchange = gateway.request(COMPLETIONS, body(), headers={"content-type": "text/plain"})
+        await exchange.done()
+        assert exchange.status == 415
+        assert gateway.metric("gateway_requests_total", outcome="rejected") == 1
+
+
+async def test_a_stream_over_http_1_0_is_refused() -> None:
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(COMPLETIONS, body(stream=True), http_version="1.0").done()
+        assert exchange.status == 400
+        assert exchange.json()["error"]["param"] == "stream"
+
+
+async def test_a_bug_is_one_500_in_openai_shape_and_one_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with in_process_gateway() as gateway:
+
+        def broken(*args: object, **kwargs: object) -> None:
+            raise KeyError("a bug")
+
+        monkeypatch.setattr("app.pipeline.check_request", broken)
+        exchange = await gateway.request(COMPLETIONS, body()).done()
+        assert exchange.status == 500
+        assert exchange.json()["error"]["code"] == "internal_error"
+        assert outcomes(gateway)["failed"] == 1
+
+
+async def test_the_engine_gets_an_id_of_the_gateway_not_the_clients() -> None:
+    async with in_process_gateway() as gateway:
+        ids = []
+        for _ in range(2):
+            exchange = gateway.request(COMPLETIONS, body(), headers={"x-request-id": "same"})
+            call = await gateway.engine.calls.get()
+            call.answer(200, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+            await exchange.done()
+            assert exchange.headers["x-request-id"] == "same"
+            ids.append(call.headers["x-request-id"])
+        assert ids[0] != ids[1]
+        assert "same" not in ids
+
+
+async def test_an_engine_4xx_is_the_clients_error() -> None:
+    async with in_process_gateway() as gateway:
+        exchange = gateway.request(COMPLETIONS, body(temperature=-1))
+        call = await gateway.engine.calls.get()
+        error = {"message": "temperature must be non-negative", "type": "BadRequestError"}
+        call.answer(400, {"error": {**error, "param": "temperature", "code": 400}})
+        await exchange.done()
+        assert exchange.status == 400
+        assert gateway.metric("gateway_requests_total", outcome="rejected") == 1
+        assert gateway.metric("gateway_rejections_total", reason="engine_invalid") == 1
+        assert gateway.settled()
+
+
+async def test_served_and_refused_durations_are_kept_apart() -> None:
+    async with in_process_gateway() as gateway:
+        await gateway.request(COMPLETIONS, b"{").done()
+        exchange = gateway.request(COMPLETIONS, body())
+        call = await gateway.engine.calls.get()
+        call.answer(200, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+        await exchange.done()
+        count = "gateway_request_duration_seconds_count"
+        assert gateway.metric(count, outcome="rejected") == 1
+        assert gateway.metric(count, outcome="completed") == 1
+
+
+def capture_tickets(monkeypatch: pytest.MonkeyPatch) -> list[Ticket]:
+    """Keep every ticket admission hands out, so a test can give one back
+    at the moment it chooses."""
+    tickets: list[Ticket] = []
+    admit = AdmissionController.admit
+
+    async def keeping(
+        self: AdmissionController, job: CompletionJob, record: RequestRecord
+    ) -> Ticket:
+        ticket = await admit(self, job, record)
+        tickets.append(ticket)
+        return ticket
+
+    monkeypatch.setattr(AdmissionController, "admit", keeping)
+    return tickets
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    """Let the gateway's tasks run until ``check`` holds."""
+    for _ in range(10_000):
+        if check():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never became true")
