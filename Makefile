@@ -70,7 +70,7 @@ test: setup lint
 test-containers: $(VENV)/.ready
 	deploy/containers/setup.sh
 	$(VENV)/bin/python -m tests.containers.images
-	$(VENV)/bin/python -m pytest tests/containers
+	$(VENV)/bin/python -m pytest --durations=0 tests/containers
 
 # A locust load shape against the running stack (`make up`), with a report in
 # reports/. SHAPE: degradation, spike, ramp, soak; TARGET: gateway or direct.
