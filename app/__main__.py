@@ -2,6 +2,7 @@
 
 import uvicorn
 
+from app.connections import guarded_protocol
 from app.drain import Drain
 from app.logs import configure_logging
 from app.main import create_app
@@ -18,6 +19,7 @@ def main() -> None:
         host=settings.host,
         port=settings.port,
         lifespan="on",
+        http=guarded_protocol(settings.head_timeout, settings.max_connections),
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=max(

@@ -99,6 +99,16 @@ class GatewayMetrics:
         self.draining = Gauge(
             "gateway_draining", "1 while the gateway drains before shutdown.", registry=r
         )
+        self.engine_stats_missing = Gauge(
+            "gateway_engine_stats_missing",
+            "Series admission reads that the engine's /metrics lacks (0 when all are there).",
+            registry=r,
+        )
+        self.receiving = Gauge(
+            "gateway_requests_receiving",
+            "Requests whose body is being read or checked, before admission.",
+            registry=r,
+        )
 
         for route in ("chat", "completions"):
             for outcome in OUTCOMES:

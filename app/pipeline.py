@@ -126,16 +126,18 @@ async def _accept(
         raise InvalidRequest("X-Tenant-Id: 1 to 64 letters, digits or ._:@-", param="X-Tenant-Id")
     if parse_priority(record.priority) is None:
         raise InvalidRequest("X-Priority: one of high, normal, low", param="X-Priority")
-    body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
-    record.phase = "queued"
-    if not services.monitor.up:
-        raise EngineUnavailable(
-            "the engine is not available", retry_after=settings.retry_after_unavailable
-        )
-    model = body.get("model")
-    models = await services.monitor.models_for(model if isinstance(model, str) else "")
-    limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
-    job = check_request(route, body, models, limits, request.scope.get("http_version", "1.1"))
+    with services.receiving.enter():
+        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
+        record.phase = "queued"
+        if not services.monitor.up:
+            raise EngineUnavailable(
+                "the engine is not available", retry_after=settings.retry_after_unavailable
+            )
+        model = body.get("model")
+        models = await services.monitor.models_for(model if isinstance(model, str) else "")
+        limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
+        version = request.scope.get("http_version", "1.1")
+        job = check_request(route, body, models, limits, version)
     record.stream = job.stream
     return job
 

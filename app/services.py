@@ -13,6 +13,7 @@ from app.admission.controller import AdmissionController
 from app.drain import Drain
 from app.engine.monitor import EngineMonitor
 from app.metrics import GatewayMetrics
+from app.receiving import Receiving
 from app.record import Telemetry
 from app.relay.upstream import EngineClient
 from app.settings import Settings
@@ -27,6 +28,7 @@ class Services:
     monitor: EngineMonitor
     drain: Drain
     admission: Admission
+    receiving: Receiving
 
 
 def build_services(
@@ -38,7 +40,7 @@ def build_services(
     admission: Admission
     if settings.admission == "on":
         controller = AdmissionController(settings, metrics)
-        monitor.on_metrics(controller.on_engine_metrics)
+        monitor.on_stats(controller.on_engine_stats)
         admission = controller
     else:
         admission = Unlimited()
@@ -52,4 +54,7 @@ def build_services(
         monitor=monitor,
         drain=drain,
         admission=admission,
+        receiving=Receiving(
+            settings.max_receiving, metrics.receiving, settings.retry_after_unavailable
+        ),
     )

@@ -34,6 +34,14 @@ class Settings(BaseSettings):
     health_interval: float = Field(1.0, gt=0)
     health_timeout: float = Field(2.0, gt=0)
 
+    # Connections: at most ``max_connections`` open; a request head must
+    # arrive within ``head_timeout`` seconds (app/connections.py).
+    max_connections: int = Field(4096, ge=1)
+    head_timeout: float = Field(10.0, gt=0)
+    # Requests whose body is being read or checked, before admission;
+    # beyond it, 503 at once.
+    max_receiving: int = Field(512, ge=1)
+
     # Request limits. The body must arrive within ``body_timeout`` seconds.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     body_timeout: float = Field(30.0, gt=0)
@@ -63,11 +71,17 @@ class Settings(BaseSettings):
     # so that no single request can hold admission up until the engine empties.
     max_request_share: float = Field(0.5, gt=0, le=1)
     queue_max_depth: int = Field(512, ge=0)
+    # The queue's bodies, in bytes: a bound on what waiting requests hold.
+    queue_max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     # How long a request may wait in the queue before it gets 429.
     queue_timeout: float = Field(30.0, gt=0)
-    # The engine's KV cache, when it should not be read from its /metrics.
+    # The engine's KV cache, when it should not be read from its /metrics:
+    # blocks, and their size in tokens (unset: the engine's own block size).
     kv_blocks: int | None = Field(None, ge=1)
-    kv_block_size: int = Field(16, ge=1)
+    kv_block_size: int | None = Field(None, ge=1)
+    # While the engine's KV capacity cannot be read (its /metrics lacks the
+    # series), admission runs at most this many sequences at once.
+    fallback_max_sequences: int = Field(8, ge=1)
     # Overcommit of the KV budget: where it starts and how far it may grow.
     overcommit_initial: float = Field(1.0, ge=0.5)
     overcommit_max: float = Field(4.0, ge=1.0)

@@ -6,13 +6,14 @@ against a scripted engine, not slept into."""
 import asyncio
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from app.admission.controller import AdmissionController, Ticket
 from app.record import RequestRecord
 from app.validation import CompletionJob
 from tests.support.asgi import InProcessGateway, in_process_gateway
-from tests.support.scripted_engine import DONE, MODEL, chunk, usage_chunk
+from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, usage_chunk
 
 COMPLETIONS = "/v1/completions"
 
@@ -207,3 +208,39 @@ async def _until(check: Callable[[], bool]) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError("condition never became true")
+
+
+async def test_a_body_that_stalls_gets_408_and_one_outcome() -> None:
+    async with in_process_gateway(body_timeout=0.2) as gateway:
+        exchange = gateway.request(COMPLETIONS, complete=False)
+        exchange.send_body(b'{"model": "tiny", ', more=True)
+        await exchange.done()
+        assert exchange.status == 408
+        assert exchange.json()["error"]["code"] == "request_timeout"
+        assert gateway.metric("gateway_rejections_total", reason="body_timeout") == 1
+        assert sum(outcomes(gateway).values()) == 1
+        assert gateway.metric("gateway_requests_receiving") == 0
+
+
+async def test_requests_beyond_the_receiving_bound_are_refused_before_their_body() -> None:
+    async with in_process_gateway(max_receiving=1) as gateway:
+        slow = gateway.request(COMPLETIONS, complete=False)
+        slow.send_body(b'{"model": ', more=True)
+        await _until(lambda: gateway.metric("gateway_requests_receiving") == 1)
+        refused = await gateway.request(COMPLETIONS, body()).done()
+        assert refused.status == 503
+        assert refused.json()["error"]["code"] == "overloaded"
+        assert "retry-after" in refused.headers
+        slow.disconnect()
+        await slow.done()
+        assert gateway.metric("gateway_requests_receiving") == 0
+
+
+async def test_an_exhausted_connection_pool_is_not_the_engine_being_down() -> None:
+    engine = ScriptedEngine(completion_error=httpx.PoolTimeout("no connection available"))
+    async with in_process_gateway(engine) as gateway:
+        exchange = await gateway.request(COMPLETIONS, body()).done()
+        assert exchange.status == 503
+        assert exchange.json()["error"]["code"] == "gateway_pool_exhausted"
+        assert gateway.services.monitor.up
+        assert gateway.settled()

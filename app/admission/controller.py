@@ -18,7 +18,7 @@ from app.admission.policy import (
     Reservation,
     Waiter,
 )
-from app.engine.stats import parse_engine_stats
+from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.errors import Draining, OverCapacity
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
@@ -32,7 +32,9 @@ class AdmissionController:
             PolicyConfig(
                 max_concurrency=settings.max_concurrency,
                 max_request_share=settings.max_request_share,
+                unknown_capacity_sequences=settings.fallback_max_sequences,
                 max_queue_depth=settings.queue_max_depth,
+                max_queue_bytes=settings.queue_max_bytes,
                 initial_factor=settings.overcommit_initial,
                 max_factor=settings.overcommit_max,
                 max_wait=settings.queue_timeout,
@@ -42,8 +44,9 @@ class AdmissionController:
         self._metrics = metrics
         self._queue_timeout = settings.queue_timeout
         self._retry_after_unavailable = settings.retry_after_unavailable
-        self._capacity_fixed = settings.kv_blocks is not None
-        if settings.kv_blocks is not None:
+        self._fixed_blocks = settings.kv_blocks
+        self._fixed_block_size = settings.kv_block_size
+        if settings.kv_blocks is not None and settings.kv_block_size is not None:
             self.policy.set_capacity(settings.kv_blocks, settings.kv_block_size)
         self._draining = False
         self._publish()
@@ -67,6 +70,7 @@ class AdmissionController:
             arrival=now,
             deadline=now + self._queue_timeout,
             sequences=demand.sequences,
+            size=len(job.upstream_body),
         )
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
         waiter.handle = future
@@ -112,11 +116,16 @@ class AdmissionController:
 
     # --- engine facts ---------------------------------------------------------
 
-    def on_engine_metrics(self, text: str) -> None:
-        stats = parse_engine_stats(text)
-        if not self._capacity_fixed and stats.num_blocks and stats.block_size:
-            self.policy.set_capacity(stats.num_blocks, stats.block_size)
-        self.policy.observe_engine(stats.preemptions_total, stats.kv_usage)
+    def on_engine_stats(self, stats: EngineStats) -> None:
+        blocks = self._fixed_blocks or stats.num_blocks
+        block_size = self._fixed_block_size or stats.block_size
+        if blocks and block_size:
+            self.policy.set_capacity(blocks, block_size)
+        if PREEMPTIONS in stats.missing or KV_USAGE in stats.missing:
+            # Blind to preemptions and KV usage: no overcommit to adapt.
+            self.policy.hold_at_floor()
+        else:
+            self.policy.observe_engine(stats.preemptions_total, stats.kv_usage)
         self._dispatch()
 
     # --- internals --------------------------------------------------------------

@@ -50,6 +50,13 @@ moves with what the engine shows, additive-increase / multiplicative-decrease:
   requests reserved to that average (about 2 when answers use all of
   ``max_tokens``, more when they stop early).
 
+*When the engine cannot be seen.* If the engine's ``/metrics`` lacks the
+KV cache's size, the budget is unknown and at most
+``unknown_capacity_sequences`` sequences run at once; if it lacks the
+preemption counter or KV usage, the factor stays at its floor, since
+neither backing off nor opening up can be judged. Neither state is silent
+(``gateway_engine_stats_missing``, a log line, an alert).
+
 *Order.* Waiting requests are served by priority class first (high, normal,
 low), then by fair share between tenants within a class — the tenant that
 has been admitted the fewest tokens goes next (start-time fair queuing, so a
@@ -87,8 +94,12 @@ class PolicyConfig:
     # Sequences admitted at once (the engine's --max-num-seqs, or below).
     max_concurrency: int = 256
     max_queue_depth: int = 512
+    # What the waiting requests' bodies may add up to, in bytes.
+    max_queue_bytes: int = 256 * 1024 * 1024
     # Most of the budget (and of the sequence cap) one request is charged.
     max_request_share: float = 0.5
+    # Sequences admitted at once while the KV capacity is unknown.
+    unknown_capacity_sequences: int = 8
     min_factor: float = 0.9
     max_factor: float = 4.0
     initial_factor: float = 1.0
@@ -114,6 +125,8 @@ class Waiter:
     deadline: float = math.inf
     # Sequences the engine runs for it (prompts of a batch × n).
     sequences: int = 1
+    # The size of its body, which it holds while it waits.
+    size: int = 0
     # The dispatch round it was queued in: only requests that waited past
     # their first round count towards the drain rate.
     round: int = 0
@@ -136,6 +149,7 @@ class _Class:
     served: dict[str, float] = field(default_factory=dict)
     vtime: float = 0.0
     tokens: int = 0
+    size: int = 0
 
     def __len__(self) -> int:
         return sum(len(queue) for queue in self.queues.values())
@@ -194,6 +208,10 @@ class AdmissionPolicy:
     def queued(self) -> int:
         return sum(len(cls) for cls in self._classes.values())
 
+    @property
+    def queued_bytes(self) -> int:
+        return sum(cls.size for cls in self._classes.values())
+
     def queued_by_priority(self) -> dict[str, int]:
         return {name: len(cls) for name, cls in self._classes.items()}
 
@@ -201,8 +219,10 @@ class AdmissionPolicy:
         """Queue a request, or raise ``QueueFull`` if the queue is at its
         depth or the predicted wait is longer than the deadline."""
         wait = self.predicted_wait(waiter.priority, waiter.tokens)
-        if self.queued >= self.config.max_queue_depth or (
-            wait is not None and wait > self.config.max_wait
+        if (
+            self.queued >= self.config.max_queue_depth
+            or self.queued_bytes + waiter.size > self.config.max_queue_bytes
+            or (wait is not None and wait > self.config.max_wait)
         ):
             raise QueueFull(self.retry_after(now, waiter.tokens))
         waiter.blocks = blocks
@@ -216,6 +236,7 @@ class AdmissionPolicy:
         waiter.round = self._round
         queue.append(waiter)
         cls.tokens += waiter.tokens
+        cls.size += waiter.size
         self._drain.tick(now, backlog=True)
 
     def remove(self, waiter: Waiter) -> bool:
@@ -229,6 +250,7 @@ class AdmissionPolicy:
         if not queue:
             del cls.queues[waiter.tenant]
         cls.tokens -= waiter.tokens
+        cls.size -= waiter.size
         return True
 
     def drain_queue(self) -> list[Waiter]:
@@ -256,6 +278,7 @@ class AdmissionPolicy:
             if not queue:
                 del cls.queues[waiter.tenant]
             cls.tokens -= waiter.tokens
+            cls.size -= waiter.size
             if waiter.round < self._round:
                 self._drain.admitted(waiter.tokens)
             cls.vtime = max(cls.vtime, cls.served[waiter.tenant])
@@ -288,9 +311,12 @@ class AdmissionPolicy:
         if self.in_flight == 0:
             return True
         blocks, sequences = self.charged(waiter)
-        if self.running_sequences + sequences > self.config.max_concurrency:
-            return False
         budget = self.budget_blocks
+        cap = self.config.max_concurrency
+        if budget is None:
+            cap = min(cap, self.config.unknown_capacity_sequences)
+        if self.running_sequences + sequences > cap:
+            return False
         return budget is None or self.reserved_blocks + blocks <= budget
 
     @staticmethod
@@ -334,6 +360,13 @@ class AdmissionPolicy:
             return self.config.max_factor
         ratio = self._reserved_done / self._held_done
         return max(self.config.min_factor, min(self.config.max_factor, ratio))
+
+    def hold_at_floor(self) -> None:
+        """The engine's preemptions and KV usage cannot be seen: overcommit
+        cannot be adapted safely, so the budget stays at its floor."""
+        self.factor = self.config.min_factor
+        self._last_preemptions = None
+        self._calm_ticks = 0
 
     def observe_engine(self, preemptions_total: float, kv_usage: float) -> None:
         """One tick of engine facts (about once a second)."""

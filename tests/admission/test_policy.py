@@ -191,6 +191,17 @@ def test_a_full_queue_refuses() -> None:
         add(p, waiter())
 
 
+def test_the_queue_is_bounded_in_bytes_too() -> None:
+    p = policy(blocks=1, max_queue_bytes=1000)
+    big = Waiter("a", "normal", 100, arrival=0, deadline=30, size=600)
+    add(p, big)
+    with pytest.raises(QueueFull):
+        add(p, Waiter("b", "normal", 100, arrival=0, deadline=30, size=600))
+    assert p.remove(big)
+    assert p.queued_bytes == 0
+    add(p, Waiter("b", "normal", 100, arrival=0, deadline=30, size=600))
+
+
 def test_preemptions_shrink_the_budget() -> None:
     p = policy(blocks=100, initial_factor=2.0, backoff=0.7)
     p.observe_engine(preemptions_total=0, kv_usage=0.5)
@@ -351,6 +362,7 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
                 arrival=clock,
                 deadline=clock + 20,
                 sequences=int(sequences),  # type: ignore[call-overload]
+                size=int(tokens),  # type: ignore[call-overload]
             )
             try:
                 add(p, w)
@@ -383,6 +395,7 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
         assert p.running_sequences == sum(r.sequences for r in live) >= 0
         assert p.reserved_blocks == sum(r.blocks for r in live) >= 0
         assert p.queued == len(queued)
+        assert p.queued_bytes == sum(w.size for w in queued)
         assert sorted(map(id, p.waiters())) == sorted(map(id, queued))
         assert p.config.min_factor <= p.factor <= p.config.max_factor
         assert math.isfinite(p.retry_after(clock))

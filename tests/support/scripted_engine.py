@@ -100,6 +100,9 @@ class ScriptedEngine:
     block_size: int = 16
     calls: "asyncio.Queue[EngineCall]" = field(default_factory=asyncio.Queue)
     metrics_text: str = ""
+    # Raised instead of answering a completion (what the HTTP client raises
+    # when, say, its pool has no free connection).
+    completion_error: Exception | None = None
 
     def transport(self) -> httpx.MockTransport:
         return httpx.MockTransport(self._handle)
@@ -113,6 +116,8 @@ class ScriptedEngine:
             return httpx.Response(200, json={"object": "list", "data": data})
         if path == "/metrics":
             return httpx.Response(200, text=self.metrics_text or self._metrics())
+        if self.completion_error is not None:
+            raise self.completion_error
         call = EngineCall(path, request.headers, json.loads(await request.aread()))
         self.calls.put_nowait(call)
         return await call._answer
