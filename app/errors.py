@@ -204,6 +204,15 @@ class UpstreamUnreachable(UpstreamFailed):
     code = "engine_unavailable"
 
 
+class PoolExhausted(UpstreamFailed):
+    """The gateway's own connection pool to the engine had no free
+    connection in time: the gateway is overloaded, the engine is not down."""
+
+    status = 503
+    type = "service_unavailable"
+    code = "gateway_pool_exhausted"
+
+
 class UpstreamTimeout(UpstreamFailed):
     status = 504
     type = "timeout_error"

@@ -2,8 +2,15 @@
 
 Every ``health_interval`` seconds: the engine's ``/health`` (drives
 ``gateway_upstream_up`` and readiness), its model list when unknown or after
-the engine comes back, and its ``/metrics`` text handed to listeners (the
-admission controller reads KV capacity and preemptions from it).
+the engine comes back, and its ``/metrics``, parsed once and handed to
+listeners (admission reads KV capacity and preemptions from it).
+
+Two ways this could lie, and what prevents them: a loop that died on an
+unexpected error would leave the last answer standing forever, so the loop
+survives any error and a health answer older than a few intervals counts as
+down; and an engine whose metrics lack the series admission reads is not
+taken for an idle one — ``gateway_engine_stats_missing`` counts the missing
+series, a log line names them, and admission falls back (see the policy).
 """
 
 import asyncio
@@ -14,13 +21,16 @@ from typing import Any
 
 import httpx
 
+from app.engine.stats import EngineStats, parse_engine_stats
 from app.metrics import GatewayMetrics
 from app.relay.upstream import Upstream
 from app.settings import Settings
 
 log = logging.getLogger("gateway.engine")
 
-MetricsListener = Callable[[str], None]
+StatsListener = Callable[[EngineStats], None]
+# A health answer is trusted for this many check intervals.
+_STALE_AFTER_CHECKS = 3
 
 
 class EngineMonitor:
@@ -29,22 +39,33 @@ class EngineMonitor:
         self._interval = settings.health_interval
         self._timeout = settings.health_timeout
         self._metrics = metrics
-        self._listeners: list[MetricsListener] = []
-        self.up = False
+        self._listeners: list[StatsListener] = []
+        self._up = False
+        self._checked_at = -float("inf")
+        self._missing: tuple[str, ...] = ()
         self.models: dict[str, int | None] = {}
         self._models_at = 0.0
         metrics.upstream_up.set(0)
 
-    def on_metrics(self, listener: MetricsListener) -> None:
+    @property
+    def up(self) -> bool:
+        fresh = time.monotonic() - self._checked_at
+        return self._up and fresh < _STALE_AFTER_CHECKS * self._interval + self._timeout
+
+    def on_stats(self, listener: StatsListener) -> None:
         self._listeners.append(listener)
 
     async def run(self) -> None:
         while True:
-            await self.check()
+            try:
+                await self.check()
+            except Exception:
+                log.exception("engine check failed; the engine counts as down until one passes")
+                self._set_up(False)
             await asyncio.sleep(self._interval)
 
     async def check(self) -> None:
-        was_up = self.up
+        was_up = self._up
         try:
             response = await self._upstream.get("/health", timeout=self._timeout)
             up = response.status_code == 200
@@ -53,7 +74,7 @@ class EngineMonitor:
         if up and (not was_up or not self.models):
             up = await self.refresh_models()
         if up and self._listeners:
-            await self._read_metrics()
+            await self._read_stats()
         self._set_up(up)
 
     def mark_down(self) -> None:
@@ -62,9 +83,10 @@ class EngineMonitor:
         self._set_up(False)
 
     def _set_up(self, up: bool) -> None:
-        if up != self.up:
+        if up != self._up:
             log.warning("engine is %s", "up" if up else "DOWN")
-        self.up = up
+        self._up = up
+        self._checked_at = time.monotonic()
         self._metrics.upstream_up.set(1 if up else 0)
 
     async def refresh_models(self) -> bool:
@@ -91,16 +113,27 @@ class EngineMonitor:
             await self.refresh_models()
         return self.models
 
-    async def _read_metrics(self) -> None:
+    async def _read_stats(self) -> None:
         try:
             response = await self._upstream.get("/metrics", timeout=self._timeout)
         except httpx.HTTPError:
             return
         if response.status_code != 200:
             return
-        text = response.text
+        stats = parse_engine_stats(response.text)
+        if stats.missing != self._missing:
+            if stats.missing:
+                log.error(
+                    "the engine's /metrics lacks %s: admission falls back to its conservative"
+                    " limits until they are back",
+                    ", ".join(stats.missing),
+                )
+            else:
+                log.warning("the engine's /metrics has every series admission reads again")
+            self._missing = stats.missing
+        self._metrics.engine_stats_missing.set(len(stats.missing))
         for listener in self._listeners:
             try:
-                listener(text)
+                listener(stats)
             except Exception:
-                log.exception("engine metrics listener failed")
+                log.exception("engine stats listener failed")

@@ -1,19 +1,25 @@
 """What the gateway reads from the engine's ``/metrics``.
 
-Only the few series admission control needs are parsed: the KV cache's size
-(``vllm:cache_config_info`` carries ``num_gpu_blocks`` and ``block_size`` as
-labels), the preemption counter and KV usage.
+Admission control needs the KV cache's size (``vllm:cache_config_info``
+carries ``num_gpu_blocks`` and ``block_size`` as labels), the preemption
+counter and KV usage; routing and the sequence cap use the running and
+waiting counts. An engine whose metrics lack some of these (a renamed series
+after an upgrade, another engine) is reported as such — ``missing`` names
+them — rather than read as zeros.
 """
 
 from dataclasses import dataclass
 
-from prometheus_client.parser import text_string_to_metric_families
+from app.promtext import parse, present, total
 
-_WANTED = (
-    "vllm:cache_config_info",
-    "vllm:num_preemptions_total",
-    "vllm:kv_cache_usage_perc",
-)
+CACHE_CONFIG = "vllm:cache_config_info"
+PREEMPTIONS = "vllm:num_preemptions_total"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+# What admission's capacity model cannot do without.
+REQUIRED = (CACHE_CONFIG, PREEMPTIONS, KV_USAGE)
+_READ = (*REQUIRED, RUNNING, WAITING)
 
 
 @dataclass(frozen=True)
@@ -22,30 +28,38 @@ class EngineStats:
     block_size: int | None
     preemptions_total: float
     kv_usage: float
+    running: float
+    waiting: float
+    missing: tuple[str, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing
 
 
 def parse_engine_stats(text: str) -> EngineStats:
-    # Parse only the lines of interest: the engine exports hundreds.
-    lines = "\n".join(line for line in text.splitlines() if line.startswith(_WANTED))
+    samples = parse(text, _READ)
     num_blocks = block_size = None
-    sums = dict.fromkeys(_WANTED[1:], 0.0)
-    for family in text_string_to_metric_families(lines):
-        for sample in family.samples:
-            if sample.name == "vllm:cache_config_info":
-                num_blocks = _int(sample.labels.get("num_gpu_blocks"))
-                block_size = _int(sample.labels.get("block_size"))
-            elif sample.name in sums:
-                sums[sample.name] += sample.value
+    for sample in samples:
+        if sample.name == CACHE_CONFIG:
+            num_blocks = _int(sample.labels.get("num_gpu_blocks"))
+            block_size = _int(sample.labels.get("block_size"))
+    missing = [name for name in REQUIRED if not present(samples, name)]
+    if CACHE_CONFIG not in missing and (num_blocks is None or block_size is None):
+        missing.insert(0, CACHE_CONFIG)
     return EngineStats(
         num_blocks=num_blocks,
         block_size=block_size,
-        preemptions_total=sums["vllm:num_preemptions_total"],
-        kv_usage=sums["vllm:kv_cache_usage_perc"],
+        preemptions_total=total(samples, PREEMPTIONS),
+        kv_usage=total(samples, KV_USAGE),
+        running=total(samples, RUNNING),
+        waiting=total(samples, WAITING),
+        missing=tuple(missing),
     )
 
 
 def _int(value: str | None) -> int | None:
     try:
-        return int(value) if value is not None else None
+        return int(float(value)) if value is not None else None
     except ValueError:
         return None

@@ -15,7 +15,13 @@ from typing import Protocol
 import anyio
 import httpx
 
-from app.errors import EngineStatusError, UpstreamFailed, UpstreamTimeout, UpstreamUnreachable
+from app.errors import (
+    EngineStatusError,
+    PoolExhausted,
+    UpstreamFailed,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+)
 from app.settings import Settings
 
 _CLOSE_TIMEOUT = 5.0
@@ -73,8 +79,13 @@ class EngineClient:
         )
         try:
             response = await self._http.send(request, stream=True)
+        except httpx.PoolTimeout as exc:
+            raise PoolExhausted(
+                "no free connection to the engine in the gateway's pool; retry shortly",
+                retry_after=1,
+            ) from exc
         except httpx.TimeoutException as exc:
-            if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+            if isinstance(exc, httpx.ConnectTimeout):
                 raise UpstreamUnreachable(f"engine not reachable: {exc!r}") from exc
             raise UpstreamTimeout("engine did not answer in time") from exc
         except httpx.ConnectError as exc:

@@ -1,0 +1,74 @@
+"""The engine monitor never lies quietly: missing series are counted and
+logged, admission falls back, and a broken check cannot freeze health."""
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.asgi import in_process_gateway
+from tests.support.scripted_engine import MODEL, ScriptedEngine
+
+BODY = {"model": MODEL, "prompt": "hi", "max_tokens": 4, "stream": True}
+
+
+async def test_missing_series_are_a_gauge_a_log_line_and_a_conservative_fallback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = ScriptedEngine(metrics_text="# renamed in an upgrade\nvllm:other 1\n")
+    async with in_process_gateway(engine, fallback_max_sequences=1) as gateway:
+        assert gateway.metric("gateway_engine_stats_missing") == 3
+        assert any("lacks vllm:cache_config_info" in r.getMessage() for r in caplog.records)
+        # Capacity unknown: one sequence at a time, the second waits.
+        first = gateway.request("/v1/completions", BODY)
+        call = await gateway.engine.calls.get()
+        call.stream()
+        second = gateway.request("/v1/completions", BODY)
+        for _ in range(1000):
+            if gateway.metric("gateway_queue_depth") == 1:
+                break
+            await asyncio.sleep(0)
+        assert gateway.metric("gateway_queue_depth") == 1
+        assert gateway.engine.calls.empty()
+        first.disconnect()
+        second.disconnect()
+        await first.done()
+        await second.done()
+
+
+async def test_a_check_that_breaks_marks_the_engine_down_and_the_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with in_process_gateway(health_interval=0.05) as gateway:
+        monitor = gateway.services.monitor
+        assert monitor.up
+        calls = 0
+
+        async def broken() -> None:
+            nonlocal calls
+            calls += 1
+            raise RuntimeError("a bug in a check")
+
+        monkeypatch.setattr(monitor, "check", broken)
+        await _until(lambda: calls >= 3)
+        assert not monitor.up
+        assert gateway.metric("gateway_upstream_up") == 0
+
+
+async def test_a_stale_answer_counts_as_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with in_process_gateway(health_interval=0.05) as gateway:
+        monitor = gateway.services.monitor
+        assert monitor.up
+
+        async def hangs() -> None:
+            await asyncio.sleep(3600)
+
+        monkeypatch.setattr(monitor, "check", hangs)
+        await _until(lambda: not monitor.up)
+        assert not monitor.up
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    """Poll while the monitor's own loop runs (real time: it sleeps)."""
+    while not check():  # noqa: ASYNC110 - the condition has no event to wait on
+        await asyncio.sleep(0.05)
