@@ -33,10 +33,9 @@ from typing import Any
 import httpx
 
 from benchmarks.client import Result, stream_chat
+from deploy.local import ManagedProcess, free_port, scrape, value
 from loadtests.phases import quantile
 from loadtests.prompts import PromptFactory
-from tests.support.metrics import scrape, value
-from tests.support.procs import ManagedProcess, free_port
 
 MODEL = "tiny"
 

@@ -1,12 +1,13 @@
 """A measuring streaming client for the benchmarks (not a test helper: it
 records what a user would see — status, time to first token, tokens)."""
 
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from loadtests.meter import StreamMeter
 
 
 @dataclass
@@ -39,24 +40,10 @@ async def stream_chat(
                 result.retry_after = float(response.headers["retry-after"])
             result.finished = time.perf_counter()
             return result
-        buffer = b""
+        meter = StreamMeter(started=result.started)
         async for raw in response.aiter_raw():
-            buffer += raw
-            *events, buffer = buffer.split(b"\n\n")
-            for event in events:
-                _read_event(event, result)
+            meter.feed(raw, time.perf_counter())
     result.finished = time.perf_counter()
+    result.first_token = meter.first_token
+    result.completion_tokens = meter.tokens
     return result
-
-
-def _read_event(event: bytes, result: Result) -> None:
-    if not event.startswith(b"data: {"):
-        return
-    chunk = json.loads(event[6:])
-    if result.first_token is None:
-        for choice in chunk.get("choices") or ():
-            if (choice.get("delta") or {}).get("content"):
-                result.first_token = time.perf_counter()
-    usage = chunk.get("usage")
-    if usage:
-        result.completion_tokens = usage["completion_tokens"]

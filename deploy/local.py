@@ -1,4 +1,5 @@
-"""Starting and stopping the processes the tests need.
+"""Local processes for the tests, the benchmarks and the experiments:
+starting and stopping engines and gateways, and reading their ``/metrics``.
 
 Every process starts in a session of its own, so stopping it signals the
 whole group: vLLM's engine core is a child that outlives a kill of its
@@ -14,7 +15,11 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[2]
+from app.promtext import Sample, parse, total
+
+Samples = list[Sample]
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -91,3 +96,17 @@ def _group_gone(proc: subprocess.Popen[bytes], timeout: float) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def scrape(base_url: str) -> Samples:
+    """Every sample of a process's ``/metrics``."""
+    return parse(httpx.get(f"{base_url}/metrics", timeout=10).text)
+
+
+def value(samples: Samples, name: str, labels: dict[str, str] | None = None) -> float:
+    """Sum of the samples called ``name`` whose labels include ``labels``."""
+    return total(samples, name, labels)
+
+
+def metric(base_url: str, name: str, **labels: str) -> float:
+    return value(scrape(base_url), name, labels)

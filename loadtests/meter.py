@@ -1,20 +1,14 @@
 """Measuring one SSE completion stream as a client sees it.
 
-Kept cheap because a load generator runs many streams on one core: events are
-split on blank lines without touching their bytes, and JSON is parsed only
-until the first token and for the final usage chunk.
+Kept cheap because a load generator runs many streams on one core: events
+are cut with the gateway's own splitter (blank lines, any of SSE's line ends,
+bytes untouched), and JSON is parsed only until the first token and for
+chunks that carry usage.
 """
 
-import json
 from dataclasses import dataclass, field
-from typing import Any
 
-
-def _has_content(chunk: Any) -> bool:
-    for choice in chunk.get("choices") or ():
-        if choice.get("text") or (choice.get("delta") or {}).get("content"):
-            return True
-    return False
+from app.relay.events import EventSplitter, event_json, has_content, split_events
 
 
 @dataclass
@@ -25,21 +19,22 @@ class StreamMeter:
     content_events: int = 0
     completion_tokens: int | None = None
     gaps: list[float] = field(default_factory=list)
-    _buffer: bytes = b""
+    _splitter: EventSplitter = field(default_factory=EventSplitter)
 
     def feed(self, data: bytes, now: float) -> None:
-        self._buffer += data
-        *events, self._buffer = self._buffer.split(b"\n\n")
-        for event in events:
+        for event in split_events(self._splitter.feed(data)):
             if not event.startswith(b"data: {"):
                 continue
+            chunk = None
             if b'"usage"' in event:
-                usage = json.loads(event[6:]).get("usage")
+                chunk = event_json(event)
+                usage = chunk.get("usage") if isinstance(chunk, dict) else None
                 if isinstance(usage, dict):
                     self.completion_tokens = usage.get("completion_tokens")
+                if not (isinstance(chunk, dict) and chunk.get("choices")):
                     continue
             if self.first_token is None:
-                if not _has_content(json.loads(event[6:])):
+                if not has_content(chunk if chunk is not None else event_json(event)):
                     continue
                 self.first_token = now
             elif self.last_token is not None:

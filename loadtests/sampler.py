@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from app.promtext import parse, total
 
 ENGINE = (
     "vllm:num_requests_running",
@@ -26,14 +27,8 @@ GATEWAY = (
 
 
 def read(client: httpx.Client, url: str, names: tuple[str, ...]) -> dict[str, float]:
-    text = client.get(f"{url}/metrics", timeout=5).text
-    wanted = "\n".join(line for line in text.splitlines() if line.startswith(names))
-    values = dict.fromkeys(names, 0.0)
-    for family in text_string_to_metric_families(wanted):
-        for sample in family.samples:
-            if sample.name in values:
-                values[sample.name] += sample.value
-    return values
+    samples = parse(client.get(f"{url}/metrics", timeout=5).text, names)
+    return {name: total(samples, name) for name in names}
 
 
 class Sampler(threading.Thread):

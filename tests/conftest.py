@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.metrics import metric
-from tests.support.procs import ManagedProcess, free_port
+from deploy.local import ManagedProcess, free_port, metric
 
 ENGINE_KV_BLOCKS = 24
 ENGINE_MAX_NUM_SEQS = 8

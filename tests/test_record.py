@@ -3,23 +3,11 @@
 from app.errors import Draining, UpstreamTimeout
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord, Telemetry
-from tests.support.metrics import Samples
-
-
-def samples(metrics: GatewayMetrics) -> Samples:
-    return [
-        (s.name, dict(s.labels), s.value)
-        for family in metrics.registry.collect()
-        for s in family.samples
-    ]
+from tests.support.asgi import sample
 
 
 def count(metrics: GatewayMetrics, name: str, **labels: str) -> float:
-    return sum(
-        v
-        for n, lab, v in samples(metrics)
-        if n == name and all(lab.get(k) == x for k, x in labels.items())
-    )
+    return sample(metrics.registry, name, **labels)
 
 
 def make(metrics: GatewayMetrics) -> RequestRecord:

@@ -177,3 +177,29 @@ async def test_the_outcomes_are_counted(gateway: Gateway) -> None:
     assert gateway.metric("gateway_requests_total", outcome="completed") == completed + 1
     assert gateway.metric("gateway_requests_in_flight") == 0
     assert gateway.metric("gateway_upstream_up") == 1
+
+
+async def test_content_arrives_with_continuous_usage_stats(gateway: Gateway) -> None:
+    """With continuous usage stats the engine puts usage in every chunk: no
+    content chunk may be taken for the usage chunk and dropped."""
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 6, "stream": True, **FIXED}
+    both = {"include_usage": True, "continuous_usage_stats": True}
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        asked = (await http.post("/v1/completions", json={**body, "stream_options": both})).content
+        only_continuous = {"continuous_usage_stats": True}
+        plain = (
+            await http.post("/v1/completions", json={**body, "stream_options": only_continuous})
+        ).content
+
+    def chunks(content: bytes) -> list[dict[str, object]]:
+        return [
+            json.loads(event[6:])
+            for event in content.split(b"\n\n")
+            if event.startswith(b"data: {")
+        ]
+
+    with_text = [c for c in chunks(asked) if c["choices"]]
+    assert len(with_text) >= 6
+    assert all("usage" in c for c in with_text)
+    assert sum(1 for c in chunks(plain) if c["choices"]) == len(with_text)
+    assert not any(c.get("usage") for c in chunks(plain))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.support.procs import ManagedProcess, free_port
+from deploy.local import ManagedProcess, free_port
 
 
 def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from deploy.local import ROOT, free_port
 from tests.conftest import Engine, StartGateway
-from tests.support.procs import ROOT, free_port
 
 SHORT = {"LOAD_STEPS": "1,2,16", "LOAD_STEP_SECONDS": "12", "LOAD_MAX_TOKENS": "400"}
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.procs import ROOT
+from deploy.local import ROOT
 
 PROBE = """
 import json, runpy

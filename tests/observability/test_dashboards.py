@@ -8,8 +8,8 @@ import pytest
 
 from app.metrics import GatewayMetrics
 from dashboards import build
+from deploy.local import ROOT
 from tests.observability.test_rules import recording_rules
-from tests.support.procs import ROOT
 
 DASHBOARDS = ROOT / "dashboards"
 SERIES = re.compile(r"\b(?:gateway_[a-z_]+|vllm:[a-z_]+|[a-z_]+:[a-z_]+:[a-z0-9_]+)")

@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from dashboards import build, snapshot
+from deploy.local import ROOT, ManagedProcess, free_port
 from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, launch_gateway, wait_until
 from tests.observability.test_dashboards import load, queries
-from tests.support.procs import ROOT, ManagedProcess, free_port
 from tests.support.raw_http import close, connect, request_bytes
 from tests.support.streams import hold_streams, leave_after, open_stream, read_content_chunks
 

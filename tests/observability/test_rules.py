@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.procs import ROOT
+from deploy.local import ROOT
 
 PROMETHEUS = ROOT / "deploy" / "prometheus"
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from deploy.local import free_port
 from tests.conftest import Gateway, StartGateway, wait_until
 from tests.support.fake_engine import FakeEngine, awkward_stream
-from tests.support.procs import free_port
 
 
 @pytest.fixture

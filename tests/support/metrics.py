@@ -1,29 +1,26 @@
-"""Reading Prometheus text exposition (the gateway's and the engine's)."""
+"""Reading a process's ``/metrics`` as (name, labels, value) tuples (kept for
+older callers; new code uses ``deploy.local``)."""
 
 from collections.abc import Mapping
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
+
+from app.promtext import parse
 
 Samples = list[tuple[str, dict[str, str], float]]
 
 
 def scrape(base_url: str) -> Samples:
     text = httpx.get(f"{base_url}/metrics", timeout=10).text
-    samples: Samples = []
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            samples.append((sample.name, dict(sample.labels), float(sample.value)))
-    return samples
+    return [(s.name, dict(s.labels), s.value) for s in parse(text)]
 
 
 def value(samples: Samples, name: str, labels: Mapping[str, str] | None = None) -> float:
     """Sum of the samples called ``name`` whose labels include ``labels``."""
-    wanted = labels or {}
     return sum(
         v
         for n, sample_labels, v in samples
-        if n == name and all(sample_labels.get(k) == val for k, val in wanted.items())
+        if n == name and all(sample_labels.get(k) == val for k, val in (labels or {}).items())
     )
 
 

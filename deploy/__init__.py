@@ -1,0 +1,1 @@
+"""Tooling beside the gateway: the local stack, processes for tests and benchmarks."""
