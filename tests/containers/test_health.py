@@ -14,7 +14,7 @@ from tests.containers.compose import ComposeProject
 
 # The first test also waits for the stack to come up (see conftest.HEALTHY_WITHIN),
 # the last one for it to go down.
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(1800)
 
 TARGETS_UP_WITHIN = 60.0
 

@@ -13,7 +13,7 @@ from tests.containers.metrics import engines_total
 
 # The first test also waits for the stack to come up (see conftest.HEALTHY_WITHIN),
 # the last one for it to go down.
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(1800)
 
 IDLE_WITHIN = 30.0
 

@@ -15,7 +15,7 @@ from tests.containers.compose import ComposeProject
 
 # The first test also waits for the stack to come up (see conftest.HEALTHY_WITHIN),
 # the last one for it to go down.
-pytestmark = pytest.mark.timeout(1200)
+pytestmark = pytest.mark.timeout(1800)
 
 # Beyond the grace period: the server's own shutdown and the container stop.
 MARGIN = 20.0
