@@ -78,9 +78,13 @@ def wait_until_healthy(project: ComposeProject, services: list[str], deadline: f
         raise AssertionError(f"not healthy after {HEALTHY_WITHIN:.0f} s: {sorted(pending)}")
 
 
-def print_logs(project: ComposeProject) -> None:
+def print_logs(project: ComposeProject, config: pytest.Config) -> None:
+    """The services' last log lines, straight to the terminal: a session
+    fixture's captured output is shown for no test."""
     result = project.run("logs", "--no-color", "--tail", "60", timeout=120)
-    print(f"\n--- docker-compose logs (last lines of each service) ---\n{result.stdout}")
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\n--- docker-compose logs (last lines of each service) ---\n{result.stdout}")
 
 
 def remove_leftovers(project: str) -> None:
@@ -99,7 +103,8 @@ class StackRun:
     """One bring-up of the stack and everything it started, so that all of it
     is taken down again however far the bring-up got."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, config: pytest.Config) -> None:
+        self.config = config
         self.name = f"vgwtest{os.getpid()}"
         env_file = tmp / "empty.env"
         env_file.write_text("")
@@ -124,7 +129,7 @@ class StackRun:
     def down(self, show_logs: bool) -> None:
         if self.project is not None and show_logs:
             with contextlib.suppress(Exception):
-                print_logs(self.project)
+                print_logs(self.project, self.config)
         self.health.stop()
         if self.project is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -140,7 +145,7 @@ def stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ComposeProject]:
     podman.require_podman()
-    run = StackRun(tmp_path_factory.mktemp("compose"))
+    run = StackRun(tmp_path_factory.mktemp("compose"), request.config)
     try:
         project = run.up()
     except BaseException:
