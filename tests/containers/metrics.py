@@ -5,11 +5,9 @@ one), so their ``/metrics`` is read with the Python every engine image
 carries, in the container itself.
 """
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from app.promtext import Sample, parse, total
 from tests.containers import podman
 from tests.containers.compose import ComposeProject
-from tests.support.metrics import Samples, value
 
 FETCH = (
     "import sys, urllib.request; "
@@ -17,19 +15,15 @@ FETCH = (
 )
 
 
-def scrape_container(container: str, port: int) -> Samples:
+def scrape_container(container: str, port: int, name: str) -> list[Sample]:
     text = podman.exec_in(container, "python3", "-c", FETCH, f"http://127.0.0.1:{port}/metrics")
-    return [
-        (sample.name, dict(sample.labels), float(sample.value))
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    ]
+    return parse(text, names=[name])
 
 
 def engines_total(stack: ComposeProject, name: str) -> float:
     """A metric summed over every engine container of the stack."""
     return sum(
-        value(scrape_container(container, endpoint.port), name)
+        total(scrape_container(container, endpoint.port, name), name)
         for endpoint in stack.engines()
         for container in stack.containers(endpoint.service)
     )
