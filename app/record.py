@@ -8,15 +8,18 @@ call wins, counts the outcome in the metrics and writes the access-log line.
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from app.errors import GatewayError, Outcome
+from app.identity import Identity
 from app.metrics import GatewayMetrics
 
 Phase = Literal["receiving", "queued", "waiting_first_token", "streaming", "non_streaming"]
 
 access_log = logging.getLogger("gateway.access")
+log = logging.getLogger("gateway")
 
 
 class Telemetry:
@@ -39,6 +42,14 @@ class Telemetry:
             if rec.completion_tokens:
                 m.tokens.labels("completion").inc(rec.completion_tokens)
         m.duration.labels(rec.route, rec.outcome).observe(rec.ended_at - rec.arrival)
+        if rec.key_id is not None and rec.tenant is not None:
+            # Tenants named in the keys file only: client input never makes a series.
+            if rec.outcome == "rejected":
+                m.tenant_rejections.labels(rec.tenant, rec.reason or "invalid").inc()
+            if rec.charged_tokens:
+                m.tenant_tokens.labels(rec.tenant, "admitted").inc(rec.charged_tokens)
+            if rec.used_tokens:
+                m.tenant_tokens.labels(rec.tenant, "used").inc(rec.used_tokens)
         access_log.info("request finished", extra={"fields": rec.log_fields()})
 
 
@@ -46,9 +57,11 @@ class Telemetry:
 class RequestRecord:
     request_id: str
     route: str
-    tenant: str
-    priority: str
     telemetry: Telemetry
+    # Who it is for: set once the request is identified (by its key, or its
+    # headers when no keys are configured).
+    tenant: str | None = None
+    priority: str | None = None
     arrival: float = field(default_factory=time.perf_counter)
     arrival_wall: float = field(default_factory=time.time)
     # The id the engine sees: made by the gateway, so two clients that send
@@ -66,14 +79,34 @@ class RequestRecord:
     status: int = 0
     ended_at: float = 0.0
     error: str | None = None
+    # Tokens held against the key's limit (its worst case) from the wall-clock
+    # time ``charged_wall``, and what the request used.
+    charged_tokens: int = 0
+    charged_wall: float | None = None
+    used_tokens: int = 0
     # Set by the SSE response when the client's disconnect message arrives, so
     # a stream torn down by a disconnect is told apart from one torn down by
     # the gateway itself (a slow reader dropped, a forced shutdown).
     client_gone: bool = False
 
+    _on_end: list[Callable[["RequestRecord"], None]] = field(default_factory=list)
+
     @property
     def finished(self) -> bool:
         return self.outcome is not None
+
+    def identify(self, identity: Identity) -> None:
+        self.tenant = identity.tenant
+        self.priority = identity.priority
+        self.key_id = identity.key_id
+
+    def on_end(self, hook: Callable[["RequestRecord"], None]) -> None:
+        """Call ``hook`` once when the request ends (before it is counted
+        and logged), or now if it already has."""
+        if self.finished:
+            hook(self)
+        else:
+            self._on_end.append(hook)
 
     def finish(
         self, outcome: Outcome, *, status: int, reason: str | None = None, error: str | None = None
@@ -86,6 +119,12 @@ class RequestRecord:
         self.reason = reason
         self.error = error
         self.ended_at = time.perf_counter()
+        for hook in self._on_end:
+            try:
+                hook(self)
+            except Exception:
+                log.exception("a hook at the end of request %s failed", self.request_id)
+        self._on_end.clear()
         self.telemetry.record(self)
         return True
 
@@ -107,7 +146,6 @@ class RequestRecord:
         return {
             "request_id": self.request_id,
             "engine_request_id": self.engine_request_id,
-            "key_id": self.key_id,
             "arrival_ts": round(self.arrival_wall, 4),
             "route": self.route,
             "tenant": self.tenant,
@@ -117,6 +155,10 @@ class RequestRecord:
             "outcome": self.outcome,
             "reason": self.reason,
             "phase": self.phase,
+            "key_id": self.key_id,
+            "charged_tokens": self.charged_tokens or None,
+            "charged_ts": None if self.charged_wall is None else round(self.charged_wall, 4),
+            "used_tokens": self.used_tokens if self.charged_wall is not None else None,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "queue_s": since_arrival(self.admitted_at),

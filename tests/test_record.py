@@ -11,7 +11,7 @@ def count(metrics: GatewayMetrics, name: str, **labels: str) -> float:
 
 
 def make(metrics: GatewayMetrics) -> RequestRecord:
-    return RequestRecord("id", "chat", "t", "normal", Telemetry(metrics))
+    return RequestRecord("id", "chat", Telemetry(metrics), tenant="t", priority="normal")
 
 
 def test_the_first_outcome_wins() -> None:
@@ -46,3 +46,30 @@ def test_the_access_log_line_has_no_headers() -> None:
     assert fields["request_id"] == "id"
     assert fields["outcome"] == "completed"
     assert not any("auth" in key.lower() for key in fields)
+
+
+def test_end_hooks_run_once_before_the_outcome_is_counted() -> None:
+    metrics = GatewayMetrics()
+    record = make(metrics)
+    seen: list[tuple[str | None, float]] = []
+    record.on_end(lambda r: seen.append((r.outcome, count(metrics, "gateway_requests_total"))))
+    record.finish("completed", status=200)
+    record.cancel()
+    assert seen == [("completed", 0.0)]
+    late: list[str | None] = []
+    record.on_end(lambda r: late.append(r.outcome))
+    assert late == ["completed"]
+
+
+def test_per_tenant_series_only_for_keyed_requests() -> None:
+    metrics = GatewayMetrics()
+    anonymous = make(metrics)
+    anonymous.fail(Draining("bye", retry_after=5))
+    keyed = RequestRecord("id", "chat", Telemetry(metrics), tenant="acme", priority="normal")
+    keyed.key_id = "acme-1"
+    keyed.charged_tokens, keyed.used_tokens = 100, 40
+    keyed.finish("completed", status=200)
+    assert count(metrics, "gateway_tenant_rejections_total") == 0
+    assert count(metrics, "gateway_tenant_tokens_total", tenant="acme", kind="admitted") == 100
+    assert count(metrics, "gateway_tenant_tokens_total", tenant="acme", kind="used") == 40
+    assert count(metrics, "gateway_tenant_tokens_total", tenant="t") == 0

@@ -1,0 +1,50 @@
+"""What each listener serves when ``GATEWAY_ADMIN_PORT`` is set: the API on
+the main port, ``/metrics`` only on the admin port, health on both. One
+process and one app listen on both ports; the port a request came in on
+decides. Behind a platform, publish the main port and keep the admin port on
+the internal network (Prometheus scrapes it there)."""
+
+import json
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+_NOT_HERE = json.dumps(
+    {
+        "error": {
+            "message": "not served on this port",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "not_found",
+        }
+    }
+).encode()
+
+
+class PortRouter:
+    def __init__(self, app: ASGIApp, admin_port: int) -> None:
+        self.app = app
+        self.admin_port = admin_port
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not self._served(scope):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 404,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(_NOT_HERE)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": _NOT_HERE})
+            return
+        await self.app(scope, receive, send)
+
+    def _served(self, scope: Scope) -> bool:
+        path: str = scope["path"]
+        if path.startswith("/health/"):
+            return True
+        server = scope.get("server") or (None, None)
+        on_admin = server[1] == self.admin_port
+        return on_admin == (path == "/metrics")

@@ -1,0 +1,45 @@
+"""What keys and admission need from shared state.
+
+Limits (per API key): requests in a moving window, tokens in a sliding log
+that can be settled (a request reserves its worst case when it is admitted
+and pays what it really used when it ends), and concurrent requests.
+
+Reserving and acquiring are awaited: the answer decides the request. Settling
+and releasing are not: they are sent on and applied in order, so nothing on a
+request's way out waits for a network round trip.
+"""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One limit's answer. ``reset_after``: seconds until the limit is back
+    to its initial state; ``retry_after``: seconds until a refused request
+    could pass (0 when allowed)."""
+
+    allowed: bool
+    limit: int
+    remaining: int
+    reset_after: float
+    retry_after: float = 0.0
+
+
+class LimitStore(Protocol):
+    async def hit_requests(self, key: str, limit: int, window: int) -> Verdict:
+        """Count one request against ``limit`` per ``window`` seconds."""
+
+    async def reserve_tokens(
+        self, key: str, charge: str, tokens: int, limit: int, window: int
+    ) -> Verdict:
+        """Charge ``tokens`` now under the id ``charge``, if the key's
+        charges in the last ``window`` seconds leave room for them."""
+
+    def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
+        """Replace what ``charge`` reserved with what it used."""
+
+    async def acquire_slot(self, key: str, limit: int) -> bool:
+        """Take one of ``limit`` concurrent slots."""
+
+    def release_slot(self, key: str) -> None: ...

@@ -1,0 +1,56 @@
+"""Who a request is for: the key decides when keys are on."""
+
+import pytest
+
+from app.errors import Forbidden, InvalidRequest, Unauthorized
+from app.identity import Identity
+from app.keys.file import KeyEntry
+from app.keys.identify import identify
+from app.keys.ring import KeyRing, hash_key
+
+BATCH = KeyEntry(
+    id="acme-batch", tenant="acme", sha256=hash_key("k1"), priorities=("normal", "low")
+)
+LOW_ONLY = KeyEntry(id="bg", tenant="globex", sha256=hash_key("k2"), priorities=("low",))
+RING = KeyRing([BATCH, LOW_ONLY])
+
+
+def test_without_keys_the_headers_decide() -> None:
+    identity, key = identify({"x-tenant-id": "t1", "x-priority": "HIGH"}, None)
+    assert identity == Identity("t1", "high")
+    assert key is None
+    assert identify({}, None)[0] == Identity("anonymous", "normal")
+    with pytest.raises(InvalidRequest):
+        identify({"x-tenant-id": "a b"}, None)
+    with pytest.raises(InvalidRequest):
+        identify({"x-priority": "urgent"}, None)
+
+
+def test_with_keys_the_key_decides_the_tenant() -> None:
+    headers = {"authorization": "Bearer k1", "x-tenant-id": "someone-else"}
+    identity, key = identify(headers, RING)
+    assert identity == Identity("acme", "normal", "acme-batch")
+    assert key == BATCH
+
+
+def test_a_key_without_normal_defaults_to_its_first_priority() -> None:
+    assert identify({"authorization": "Bearer k2"}, RING)[0].priority == "low"
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "", "Bearer", "Bearer ", "Basic k1", "Bearer wrong", "k1"]
+)
+def test_missing_or_wrong_keys_are_401_and_never_echoed(authorization: str | None) -> None:
+    headers = {} if authorization is None else {"authorization": authorization}
+    with pytest.raises(Unauthorized) as caught:
+        identify(headers, RING)
+    assert caught.value.status == 401
+    assert caught.value.code == "invalid_api_key"
+    assert "wrong" not in caught.value.message
+
+
+def test_a_priority_the_key_may_not_use_is_403() -> None:
+    with pytest.raises(Forbidden) as caught:
+        identify({"authorization": "Bearer k1", "x-priority": "high"}, RING)
+    assert caught.value.status == 403
+    assert "normal, low" in caught.value.message

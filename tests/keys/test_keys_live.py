@@ -1,0 +1,217 @@
+"""API keys against a real gateway and the real engine."""
+
+import asyncio
+import json
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import APIStatusError, AsyncOpenAI
+
+from app.keys.ring import hash_key
+from deploy.local import scrape
+from tests.conftest import MODEL, Engine, Gateway, launch_gateway, wait_until
+
+WINDOW = 10
+TOKENS_PER_WINDOW = 3000
+
+
+def entry(key_id: str, tenant: str, key: str, extra: str = "") -> str:
+    return f"  - {{id: {key_id}, tenant: {tenant}, sha256: '{hash_key(key)}'{extra}}}\n"
+
+
+@pytest.fixture(scope="module")
+def keys_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("keys") / "keys.yaml"
+    path.write_text(
+        "keys:\n"
+        + entry("acme-1", "acme", "key-acme", ", priorities: [normal, low]")
+        + entry("old", "acme", "key-revoked")
+        + entry(
+            "metered",
+            "globex",
+            "key-metered",
+            f", tokens_per_minute: {TOKENS_PER_WINDOW}, requests_per_minute: 1000",
+        )
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def keyed(
+    engine: Engine, keys_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    gateway = launch_gateway(
+        tmp_path_factory.mktemp("keyed"),
+        engine.url,
+        {
+            "keys_file": keys_path,
+            "keys_reload_interval": 0.2,
+            "rate_limit_window": WINDOW,
+            "admission": "off",
+        },
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    try:
+        yield gateway
+    finally:
+        gateway.process.stop()
+
+
+def edit(path: Path, change: Callable[[str], str]) -> None:
+    path.write_text(change(path.read_text()))
+
+
+def client(gateway: Gateway, key: str) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def engine_requests(engine: Engine) -> float:
+    return engine.metric("vllm:prompt_tokens_total")
+
+
+async def test_missing_wrong_and_revoked_keys_never_reach_the_engine(
+    idle_engine: Engine, keyed: Gateway, keys_path: Path
+) -> None:
+    before = engine_requests(idle_engine)
+    for key in ("", "not-a-key", "key-acme-but-longer"):
+        async with httpx.AsyncClient(base_url=keyed.url, timeout=30) as http:
+            headers = {"authorization": f"Bearer {key}"} if key else {}
+            reply = await http.post(
+                "/v1/completions", json={"model": MODEL, "prompt": "x"}, headers=headers
+            )
+        assert reply.status_code == 401
+        assert reply.json()["error"]["code"] == "invalid_api_key"
+    # Revoke a key by removing it from the file: refused without a restart.
+    async with client(keyed, "key-revoked") as api:
+        await api.completions.create(model=MODEL, prompt="x", max_tokens=2)
+    before = engine_requests(idle_engine)
+    await asyncio.to_thread(
+        edit, keys_path, lambda text: text.replace(entry("old", "acme", "key-revoked"), "")
+    )
+
+    async def refused() -> bool:
+        async with client(keyed, "key-revoked") as api:
+            try:
+                await api.completions.create(model=MODEL, prompt="x", max_tokens=2)
+            except APIStatusError as error:
+                return error.status_code == 401
+        return False
+
+    for _ in range(300):
+        if await refused():
+            break
+        await asyncio.sleep(0.1)
+        before = engine_requests(idle_engine)
+    assert await refused()
+    assert engine_requests(idle_engine) == before
+
+
+async def test_a_priority_the_key_may_not_use_is_403(keyed: Gateway) -> None:
+    async with client(keyed, "key-acme") as api:
+        with pytest.raises(APIStatusError) as caught:
+            await api.completions.create(
+                model=MODEL, prompt="x", max_tokens=2, extra_headers={"X-Priority": "high"}
+            )
+        assert caught.value.status_code == 403
+        low = await api.completions.create(
+            model=MODEL, prompt="x", max_tokens=2, extra_headers={"X-Priority": "low"}
+        )
+        assert low.usage is not None
+
+
+async def test_a_key_added_to_the_file_works_without_a_restart(
+    keyed: Gateway, keys_path: Path
+) -> None:
+    await asyncio.to_thread(edit, keys_path, lambda text: text + entry("new", "initech", "key-new"))
+
+    async def works() -> bool:
+        async with client(keyed, "key-new") as api:
+            try:
+                await api.completions.create(model=MODEL, prompt="x", max_tokens=2)
+            except APIStatusError:
+                return False
+        return True
+
+    for _ in range(300):
+        if await works():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError("the new key was never accepted")
+
+
+async def test_a_thousand_bogus_keys_are_a_thousand_401s_and_no_new_series(
+    keyed: Gateway,
+) -> None:
+    before = keyed.metric("gateway_rejections_total", reason="unauthorized")
+    series = {(s.name, tuple(sorted(s.labels.items()))) for s in scrape(keyed.url)}
+    async with httpx.AsyncClient(base_url=keyed.url, timeout=60) as http:
+        for start in range(0, 1000, 50):
+            replies = await asyncio.gather(
+                *(
+                    http.post(
+                        "/v1/completions",
+                        json={"model": MODEL, "prompt": "x"},
+                        headers={"authorization": f"Bearer bogus-{i}", "x-tenant-id": f"t{i}"},
+                    )
+                    for i in range(start, start + 50)
+                )
+            )
+            assert {r.status_code for r in replies} == {401}
+    assert keyed.metric("gateway_rejections_total", reason="unauthorized") == before + 1000
+    after = {(s.name, tuple(sorted(s.labels.items()))) for s in scrape(keyed.url)}
+    assert after == series
+
+
+async def test_a_keys_tokens_never_exceed_its_limit_plus_one_reservation(
+    idle_engine: Engine, keyed: Gateway
+) -> None:
+    """Closed-loop streaming with natural lengths at a token limit: in every
+    window, the tokens of the requests charged in it stay within the limit
+    plus the largest reservation."""
+    rng = random.Random(5)
+
+    async def user(api: AsyncOpenAI, until: float) -> None:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
+            try:
+                stream = await api.chat.completions.create(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": f"Tell me about {rng.random()}"}],
+                    max_tokens=rng.choice((100, 300, 500)),
+                    stream=True,
+                )
+                async for _ in stream:
+                    pass
+            except APIStatusError as error:
+                if error.status_code != 429:
+                    raise
+                await asyncio.sleep(float(error.response.headers["retry-after"]))
+
+    async with client(keyed, "key-metered") as api:
+        until = asyncio.get_running_loop().time() + 3 * WINDOW
+        await asyncio.gather(*(user(api, until) for _ in range(4)))
+
+    charges = []
+    for line in keyed.process.log_text().splitlines():
+        if line.startswith('{"ts"'):
+            fields = json.loads(line)
+            if fields.get("key_id") == "metered" and fields.get("charged_ts") is not None:
+                charges.append(
+                    (fields["charged_ts"], fields["used_tokens"], fields["charged_tokens"])
+                )
+    assert len(charges) >= 5
+    largest = max(reserved for _, _, reserved in charges)
+    window = WINDOW - 0.05
+    worst = 0
+    for start, _, _ in charges:
+        used = sum(u for t, u, _ in charges if start <= t < start + window)
+        worst = max(worst, used)
+    print(
+        f"\nmost tokens charged in one {WINDOW}s window: {worst} (limit {TOKENS_PER_WINDOW},"
+        f" largest reservation {largest}, {len(charges)} requests)"
+    )
+    assert worst <= TOKENS_PER_WINDOW + largest
+    assert wait_until(lambda: keyed.metric("gateway_requests_in_flight") == 0, timeout=30)

@@ -1,0 +1,50 @@
+"""The keys file is re-read when it changes; a broken one keeps the old keys."""
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from app.keys.ring import KeyRing, hash_key
+from app.keys.watch import KeysWatcher
+
+
+async def until(check: Callable[[], bool]) -> None:
+    """Poll while the watcher's own loop runs (it polls the file)."""
+    while not check():  # noqa: ASYNC110 - a file change has no event to wait on
+        await asyncio.sleep(0.01)
+
+
+def entry(key_id: str, key: str) -> str:
+    return f"  - {{id: {key_id}, tenant: t, sha256: '{hash_key(key)}'}}\n"
+
+
+async def test_a_changed_file_is_picked_up_and_a_broken_one_is_not(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    path.write_text("keys:\n" + entry("one", "k1"))
+    failures: list[None] = []
+    watcher = KeysWatcher(path, 0.01, lambda: failures.append(None))
+    seen: list[KeyRing] = []
+    watcher.on_change(seen.append)
+    task = asyncio.create_task(watcher.run())
+    try:
+        path.write_text("keys:\n" + entry("one", "k1") + entry("two", "k2"))
+        await until(lambda: bool(seen))
+        assert watcher.ring.lookup("k2") is not None
+        path.write_text("keys: [broken")
+        os.utime(path, ns=(1, 1))  # a change even on a coarse clock
+        await until(lambda: bool(failures))
+        assert watcher.ring.lookup("k2") is not None
+        assert len(seen) == 1
+    finally:
+        task.cancel()
+
+
+def test_a_reload_on_demand(tmp_path: Path) -> None:
+    path = tmp_path / "keys.yaml"
+    path.write_text("keys:\n" + entry("one", "k1"))
+    watcher = KeysWatcher(path, 60)
+    path.write_text("keys:\n" + entry("two", "k2"))
+    assert watcher.reload()
+    assert watcher.ring.lookup("k1") is None
+    assert watcher.ring.lookup("k2") is not None
