@@ -107,10 +107,18 @@ class Unauthorized(InvalidRequest):
 
 
 class Forbidden(InvalidRequest):
+    """A priority the key may not use. ``tenant`` and ``key_id`` say whose
+    key it was (the request is refused, but it is known who asked)."""
+
     status = 403
     type = "permission_error"
     code = "priority_not_allowed"
     reason = "forbidden"
+
+    def __init__(self, message: str, *, tenant: str, key_id: str, param: str | None = None):
+        super().__init__(message, param=param)
+        self.tenant = tenant
+        self.key_id = key_id
 
 
 class RateLimited(GatewayError):

@@ -2,7 +2,8 @@
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+import signal
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
@@ -13,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from app.api import completions, health
+from app.api.ports import PortRouter
 from app.drain import Drain
 from app.errors import GatewayError, InternalError, InvalidRequest
 from app.request_id import RequestIdMiddleware
@@ -36,14 +38,27 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         services = build_services(settings, drain, transport)
-        await services.monitor.check()
-        monitor = asyncio.create_task(services.monitor.run(), name="engine-monitor")
+        await services.engines.start()
+        tasks = [asyncio.create_task(services.engines.run(), name="engines")]
+        if services.keys is not None:
+            keys = services.keys
+            tasks.append(asyncio.create_task(keys.run(), name="keys-watcher"))
+            _on_sighup(keys.reload)
+        else:
+            log.warning(
+                "no GATEWAY_KEYS_FILE: requests are not authenticated and tenants come"
+                " from X-Tenant-Id"
+            )
         try:
             yield {"services": services}
         finally:
-            monitor.cancel()
-            with suppress(asyncio.CancelledError):
-                await monitor
+            if services.keys is not None:
+                _on_sighup(None)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with suppress(asyncio.CancelledError):
+                    await task
             await services.engine.aclose()
 
     app = FastAPI(
@@ -54,10 +69,23 @@ def create_app(
         openapi_url=None,
     )
     app.add_middleware(RequestIdMiddleware)
+    if settings.admin_port is not None:
+        app.add_middleware(PortRouter, admin_port=settings.admin_port)
     app.include_router(completions.router)
     app.include_router(health.router)
     _install_error_handlers(app)
     return app
+
+
+def _on_sighup(handler: Callable[[], object] | None) -> None:
+    """Reload the keys on SIGHUP (where the platform has the signal)."""
+    if not hasattr(signal, "SIGHUP"):
+        return
+    loop = asyncio.get_running_loop()
+    if handler is None:
+        loop.remove_signal_handler(signal.SIGHUP)
+    else:
+        loop.add_signal_handler(signal.SIGHUP, handler)
 
 
 def _install_error_handlers(app: FastAPI) -> None:

@@ -80,21 +80,62 @@ class GatewayMetrics:
         self.tokens = Counter(
             "gateway_tokens", "Tokens of completed or cancelled requests.", ["kind"], registry=r
         )
+        # Per engine (label ``engine``: its URL without the scheme).
         self.kv_capacity = Gauge(
             "gateway_kv_tokens_capacity",
             "Engine KV cache size in tokens, as the gateway sees it.",
+            ["engine"],
             registry=r,
         )
         self.kv_reserved = Gauge(
-            "gateway_kv_tokens_reserved", "KV tokens reserved by admitted requests.", registry=r
+            "gateway_kv_tokens_reserved",
+            "KV tokens reserved by requests this gateway admitted.",
+            ["engine"],
+            registry=r,
         )
         self.kv_budget = Gauge(
             "gateway_kv_tokens_budget",
-            "KV tokens the admission controller currently allows to be reserved.",
+            "KV tokens admission currently allows to be reserved on the engine.",
+            ["engine"],
             registry=r,
         )
         self.upstream_up = Gauge(
-            "gateway_upstream_up", "1 when the engine answers its health check.", registry=r
+            "gateway_upstream_up",
+            "1 when the engine answers its health check (0: ejected).",
+            ["engine"],
+            registry=r,
+        )
+        self.engine_in_flight = Gauge(
+            "gateway_engine_requests_in_flight",
+            "Requests this gateway admitted to the engine, now upstream.",
+            ["engine"],
+            registry=r,
+        )
+        self.engine_routed = Counter(
+            "gateway_engine_requests",
+            "Requests admitted to the engine.",
+            ["engine"],
+            registry=r,
+        )
+        self.engine_ejections = Counter(
+            "gateway_engine_ejections",
+            "Times the engine was taken out of routing (failed health checks, refused"
+            " connections).",
+            ["engine"],
+            registry=r,
+        )
+        self.engine_sequence_cap = Gauge(
+            "gateway_engine_sequence_cap",
+            "Sequences admission runs on the engine at most (its --max-num-seqs once learned).",
+            ["engine"],
+            registry=r,
+        )
+        self.engine_retries = Counter(
+            "gateway_engine_retries",
+            "Requests retried on another engine after this one failed them before any byte"
+            " reached the client.",
+            ["engine"],
+            registry=r,
         )
         self.draining = Gauge(
             "gateway_draining", "1 while the gateway drains before shutdown.", registry=r
@@ -102,6 +143,25 @@ class GatewayMetrics:
         self.engine_stats_missing = Gauge(
             "gateway_engine_stats_missing",
             "Series admission reads that the engine's /metrics lacks (0 when all are there).",
+            ["engine"],
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "gateway_tenant_tokens",
+            "Tokens per tenant named in the keys file: admitted (worst case held against its"
+            " limit) and used (what the engine reported).",
+            ["tenant", "kind"],
+            registry=r,
+        )
+        self.tenant_rejections = Counter(
+            "gateway_tenant_rejections",
+            "Refusals per tenant named in the keys file, by reason.",
+            ["tenant", "reason"],
+            registry=r,
+        )
+        self.keys_reload_failures = Counter(
+            "gateway_keys_reload_failures",
+            "Reloads of the keys file that failed (the previous keys stay in use).",
             registry=r,
         )
         self.receiving = Gauge(

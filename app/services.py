@@ -10,13 +10,20 @@ import httpx
 
 from app.admission.base import Admission, Unlimited
 from app.admission.controller import AdmissionController
+from app.admission.estimate import PromptTokenEstimator
 from app.drain import Drain
-from app.engine.monitor import EngineMonitor
+from app.engine.pool import EnginePool
+from app.keys.quota import KeyQuota
+from app.keys.watch import KeysWatcher
 from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
 from app.relay.upstream import EngineClient
+from app.routing.base import Router
+from app.routing.least_loaded import LeastLoaded
+from app.routing.prefix import PrefixAffinity
 from app.settings import Settings
+from app.state.local import LocalLimits
 
 
 @dataclass
@@ -25,10 +32,14 @@ class Services:
     metrics: GatewayMetrics
     telemetry: Telemetry
     engine: EngineClient
-    monitor: EngineMonitor
+    engines: EnginePool
     drain: Drain
     admission: Admission
     receiving: Receiving
+    estimator: PromptTokenEstimator
+    # Both None when no keys file is configured.
+    keys: KeysWatcher | None
+    quota: KeyQuota | None
 
 
 def build_services(
@@ -36,25 +47,41 @@ def build_services(
 ) -> Services:
     metrics = GatewayMetrics()
     engine = EngineClient(settings, transport)
-    monitor = EngineMonitor(engine, settings, metrics)
+    engines = EnginePool(settings, engine, metrics)
+    estimator = PromptTokenEstimator()
+    router: Router = (
+        PrefixAffinity(settings.routing_load_factor)
+        if settings.routing == "prefix"
+        else LeastLoaded()
+    )
     admission: Admission
     if settings.admission == "on":
-        controller = AdmissionController(settings, metrics)
-        monitor.on_stats(controller.on_engine_stats)
-        admission = controller
+        admission = AdmissionController(settings, metrics, estimator, router)
     else:
-        admission = Unlimited()
+        admission = Unlimited(router)
+    engines.on_state(admission.on_engine_state)
+    engines.on_stats(admission.on_engine_stats)
+    engines.on_forget(admission.forget_engine)
     drain.on_begin(admission.start_draining)
     drain.on_begin(lambda: metrics.draining.set(1))
+    keys = quota = None
+    if settings.keys_file is not None:
+        keys = KeysWatcher(
+            settings.keys_file, settings.keys_reload_interval, metrics.keys_reload_failures.inc
+        )
+        quota = KeyQuota(LocalLimits(), settings.rate_limit_window)
     return Services(
         settings=settings,
         metrics=metrics,
         telemetry=Telemetry(metrics),
         engine=engine,
-        monitor=monitor,
+        engines=engines,
         drain=drain,
         admission=admission,
         receiving=Receiving(
             settings.max_receiving, metrics.receiving, settings.retry_after_unavailable
         ),
+        estimator=estimator,
+        keys=keys,
+        quota=quota,
     )

@@ -6,6 +6,7 @@ use and caches it; tests build their own ``Settings(...)`` and pass it to
 """
 
 from functools import lru_cache
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -18,7 +19,16 @@ class Settings(BaseSettings):
     # Where the gateway listens and where the engine is.
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    # One engine, or several (comma-separated, or one ``dns+http://name:port``
+    # re-resolved every ``upstream_dns_interval`` seconds: app/engine/discovery.py).
     upstream_url: str = "http://127.0.0.1:8001"
+    upstream_urls: str | None = None
+    upstream_dns_interval: float = Field(5.0, gt=0)
+    # Routing among engines where a request fits: least loaded, or prefix
+    # affinity with bounded load (no engine above ``routing_load_factor``
+    # times its share of the fleet's requests).
+    routing: Literal["least_loaded", "prefix"] = "least_loaded"
+    routing_load_factor: float = Field(1.25, ge=1.0)
 
     # Upstream HTTP client. The read timeout is an *idle* timeout: the longest
     # gap allowed between two chunks of a stream (or before response headers).
@@ -85,6 +95,16 @@ class Settings(BaseSettings):
     # Overcommit of the KV budget: where it starts and how far it may grow.
     overcommit_initial: float = Field(1.0, ge=0.5)
     overcommit_max: float = Field(4.0, ge=1.0)
+
+    # API keys (app/keys): the YAML keys file, unset = no auth (tenants from
+    # X-Tenant-Id); how often it is checked for changes; the length of the
+    # window the keys' per-minute limits count in, in seconds.
+    keys_file: Path | None = None
+    keys_reload_interval: float = Field(2.0, gt=0)
+    rate_limit_window: int = Field(60, ge=1)
+
+    # When set, /metrics is served only on this port (health on both).
+    admin_port: int | None = Field(None, ge=0, le=65535)
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -4,14 +4,14 @@ leaves mid-upload, one admitted just as it leaves) are set up step by step
 against a scripted engine, not slept into."""
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import httpx
 import pytest
 
+from app.admission.base import AdmissionRequest
 from app.admission.controller import AdmissionController, Ticket
 from app.record import RequestRecord
-from app.validation import CompletionJob
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, usage_chunk
 
@@ -85,7 +85,7 @@ async def test_admitted_just_as_the_client_left_gives_the_capacity_back(
         await queued.done()
         assert gateway.metric("gateway_requests_total", outcome="cancelled") == 1
         assert admission.policy.in_flight == 0
-        assert admission.policy.reserved_blocks == 0
+        assert sum(e.reserved_blocks for e in admission.policy.engines.values()) == 0
         # The holder's own release later changes nothing: it was given back once.
         call.send(chunk("a") + DONE)
         call.end()
@@ -191,9 +191,12 @@ def capture_tickets(monkeypatch: pytest.MonkeyPatch) -> list[Ticket]:
     admit = AdmissionController.admit
 
     async def keeping(
-        self: AdmissionController, job: CompletionJob, record: RequestRecord
+        self: AdmissionController,
+        request: AdmissionRequest,
+        record: RequestRecord,
+        excluded: Iterable[str] = (),
     ) -> Ticket:
-        ticket = await admit(self, job, record)
+        ticket = await admit(self, request, record, excluded)
         tickets.append(ticket)
         return ticket
 
@@ -242,5 +245,5 @@ async def test_an_exhausted_connection_pool_is_not_the_engine_being_down() -> No
         exchange = await gateway.request(COMPLETIONS, body()).done()
         assert exchange.status == 503
         assert exchange.json()["error"]["code"] == "gateway_pool_exhausted"
-        assert gateway.services.monitor.up
+        assert gateway.services.engines.up
         assert gateway.settled()

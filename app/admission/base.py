@@ -1,36 +1,111 @@
 """What the request pipeline needs from admission control."""
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
 
+from app.admission.demand import Demand
+from app.engine.stats import EngineStats
+from app.errors import EngineUnavailable
+from app.identity import Identity
 from app.record import RequestRecord
+from app.routing.base import EngineLoad, Router
 from app.validation import CompletionJob
 
 
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """What admission decides on: the checked request, its worst-case
+    demand on the KV cache, who it is for, and its prompt's prefix key."""
+
+    job: CompletionJob
+    demand: Demand
+    identity: Identity
+    affinity: int | None = None
+
+
 class Ticket(Protocol):
-    """An admitted request's hold on engine capacity."""
+    """An admitted request's hold on one engine."""
+
+    @property
+    def engine(self) -> str:
+        """The engine's base URL."""
 
     def release(self, record: RequestRecord) -> None:
         """Give the capacity back; the record carries what the request used."""
 
 
 class Admission(Protocol):
-    async def admit(self, job: CompletionJob, record: RequestRecord) -> Ticket:
-        """Wait until ``job`` may go to the engine, or raise a ``GatewayError``."""
+    async def admit(
+        self, request: AdmissionRequest, record: RequestRecord, excluded: Iterable[str] = ()
+    ) -> Ticket:
+        """Wait until the request may go to an engine (not one of
+        ``excluded``: a retry), or raise a ``GatewayError``."""
 
     def start_draining(self) -> None:
         """Refuse queued and new requests from now on."""
 
+    def on_engine_state(self, engine: str, up: bool, models: frozenset[str]) -> None: ...
 
-class _Nothing:
+    def on_engine_stats(self, engine: str, stats: EngineStats) -> None: ...
+
+    def forget_engine(self, engine: str) -> None: ...
+
+
+@dataclass
+class _Engine:
+    up: bool = False
+    models: frozenset[str] = frozenset()
+    in_flight: int = 0
+
+
+@dataclass(eq=False)
+class _Passage:
+    owner: "Unlimited"
+    engine: str
+    released: bool = field(default=False)
+
     def release(self, record: RequestRecord) -> None:
-        return None
+        if not self.released:
+            self.released = True
+            state = self.owner.engines.get(self.engine)
+            if state is not None:
+                state.in_flight -= 1
 
 
 class Unlimited:
-    """``GATEWAY_ADMISSION=off``: everything goes straight to the engine."""
+    """``GATEWAY_ADMISSION=off``: no queue and no budget — a request goes
+    straight to an engine that is up and serves its model, the router
+    choosing among them by the requests this gateway has in flight there."""
 
-    async def admit(self, job: CompletionJob, record: RequestRecord) -> Ticket:
-        return _Nothing()
+    def __init__(self, router: Router) -> None:
+        self._router = router
+        self.engines: dict[str, _Engine] = {}
+
+    async def admit(
+        self, request: AdmissionRequest, record: RequestRecord, excluded: Iterable[str] = ()
+    ) -> Ticket:
+        skip = set(excluded)
+        loads = [
+            EngineLoad(url, state.in_flight, 1.0, 0.0, True)
+            for url, state in self.engines.items()
+            if state.up and url not in skip and request.job.model in state.models
+        ]
+        choice = self._router.choose(request.affinity, loads)
+        if choice is None:
+            raise EngineUnavailable("no engine is available for this model", retry_after=1)
+        self.engines[choice.engine].in_flight += 1
+        return _Passage(self, choice.engine)
 
     def start_draining(self) -> None:
         return None
+
+    def on_engine_state(self, engine: str, up: bool, models: frozenset[str]) -> None:
+        state = self.engines.setdefault(engine, _Engine())
+        state.up, state.models = up, models
+
+    def on_engine_stats(self, engine: str, stats: EngineStats) -> None:
+        return None
+
+    def forget_engine(self, engine: str) -> None:
+        self.engines.pop(engine, None)

@@ -1,81 +1,100 @@
 """Admission control in the running gateway: the policy, fed with live facts.
 
-The controller turns a checked request into a KV demand, puts it through the
-policy's queue, and wakes it when it is admitted. It feeds the policy the
-engine's capacity and preemption counter (from the engine monitor's reads of
-``/metrics``) and what completed requests actually used.
+The controller puts a request through the policy's queue and wakes it when
+it is admitted to an engine. It feeds the policy each engine's state (up or
+ejected, the models it serves) and facts (capacity, preemptions, KV usage,
+its own queue, from the engine monitors' reads of ``/metrics``), and what
+completed requests actually used.
 """
 
 import asyncio
 import time
+from collections.abc import Iterable
 
-from app.admission.demand import Demand, demand_of, refuse_if_it_can_never_fit
+from app.admission.base import AdmissionRequest
+from app.admission.budget import BudgetConfig
+from app.admission.demand import refuse_if_it_can_never_fit
 from app.admission.estimate import PromptTokenEstimator
-from app.admission.policy import (
-    AdmissionPolicy,
-    PolicyConfig,
-    QueueFull,
-    Reservation,
-    Waiter,
-)
+from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
+from app.engine.monitor import engine_label
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.errors import Draining, OverCapacity
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
+from app.routing.base import Router
 from app.settings import Settings
-from app.validation import CompletionJob
 
 
 class AdmissionController:
-    def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: GatewayMetrics,
+        estimator: PromptTokenEstimator,
+        router: Router,
+    ) -> None:
+        budget = BudgetConfig(
+            max_sequences=settings.max_concurrency,
+            max_request_share=settings.max_request_share,
+            unknown_capacity_sequences=settings.fallback_max_sequences,
+            initial_factor=settings.overcommit_initial,
+            max_factor=settings.overcommit_max,
+        )
         self.policy = AdmissionPolicy(
             PolicyConfig(
-                max_concurrency=settings.max_concurrency,
-                max_request_share=settings.max_request_share,
-                unknown_capacity_sequences=settings.fallback_max_sequences,
+                budget=budget,
                 max_queue_depth=settings.queue_max_depth,
                 max_queue_bytes=settings.queue_max_bytes,
-                initial_factor=settings.overcommit_initial,
-                max_factor=settings.overcommit_max,
                 max_wait=settings.queue_timeout,
-            )
+            ),
+            router,
         )
-        self.estimator = PromptTokenEstimator()
+        self.estimator = estimator
         self._metrics = metrics
         self._queue_timeout = settings.queue_timeout
         self._retry_after_unavailable = settings.retry_after_unavailable
         self._fixed_blocks = settings.kv_blocks
         self._fixed_block_size = settings.kv_block_size
-        if settings.kv_blocks is not None and settings.kv_block_size is not None:
-            self.policy.set_capacity(settings.kv_blocks, settings.kv_block_size)
         self._draining = False
         self._publish()
 
     # --- the Admission protocol ---------------------------------------------
 
-    async def admit(self, job: CompletionJob, record: RequestRecord) -> "Ticket":
+    async def admit(
+        self,
+        request: AdmissionRequest,
+        record: RequestRecord,
+        excluded: Iterable[str] = (),
+    ) -> "Ticket":
+        """Wait until the request is admitted to an engine. ``excluded``: a
+        retry, which goes to the front of its queue and avoids those engines."""
         if self._draining:
             raise self._draining_error()
-        policy = self.policy
-        cache = None
-        if policy.num_blocks is not None and policy.block_size is not None:
-            cache = (policy.num_blocks, policy.block_size)
-        refuse_if_it_can_never_fit(job, self.estimator, cache)
-        demand = demand_of(job, self.estimator)
+        policy, job, demand = self.policy, request.job, request.demand
+        caches = [
+            (b.num_blocks, b.block_size)
+            for b in policy.engines.values()
+            if b.num_blocks and b.block_size and job.model in b.models
+        ]
+        refuse_if_it_can_never_fit(job, self.estimator, caches)
         now = time.monotonic()
         waiter = Waiter(
-            tenant=record.tenant,
-            priority=record.priority,
+            tenant=request.identity.tenant,
+            priority=request.identity.priority,
             tokens=demand.tokens,
             arrival=now,
             deadline=now + self._queue_timeout,
             sequences=demand.sequences,
+            seq_tokens=tuple(t for t in demand.seq_tokens for _ in range(job.n)),
+            model=job.model,
+            excluded=frozenset(excluded),
+            affinity=request.affinity,
             size=len(job.upstream_body),
         )
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
         waiter.handle = future
         try:
-            policy.enqueue(waiter, demand.blocks(policy.block_size or 1), now)
+            policy.enqueue(waiter, now, front=bool(waiter.excluded))
         except QueueFull as full:
             raise OverCapacity(
                 "the gateway's queue is full; retry after the time given in Retry-After",
@@ -87,7 +106,8 @@ class AdmissionController:
             await self._wait(waiter, future)
         reservation = future.result()
         self._metrics.queue_wait.observe(time.monotonic() - waiter.arrival)
-        return Ticket(self, reservation, job, demand)
+        self._metrics.engine_routed.labels(engine_label(reservation.engine)).inc()
+        return Ticket(self, reservation, request)
 
     async def _wait(self, waiter: Waiter, future: "asyncio.Future[Reservation]") -> None:
         try:
@@ -103,7 +123,7 @@ class AdmissionController:
             raise
         if not future.done() and self.policy.remove(waiter):
             self._publish()
-            raise self._queue_timeout_error(waiter.tokens)
+            raise self._queue_timeout_error(waiter)
 
     def start_draining(self) -> None:
         self._draining = True
@@ -116,17 +136,28 @@ class AdmissionController:
 
     # --- engine facts ---------------------------------------------------------
 
-    def on_engine_stats(self, stats: EngineStats) -> None:
+    def on_engine_state(self, engine: str, up: bool, models: frozenset[str]) -> None:
+        budget = self.policy.engine(engine)
+        budget.up, budget.models = up, models
+        self._dispatch()
+
+    def on_engine_stats(self, engine: str, stats: EngineStats) -> None:
+        budget = self.policy.engine(engine)
         blocks = self._fixed_blocks or stats.num_blocks
-        block_size = self._fixed_block_size or stats.block_size
+        block_size = self._fixed_block_size or stats.block_size or (16 if blocks else None)
         if blocks and block_size:
-            self.policy.set_capacity(blocks, block_size)
+            budget.set_capacity(blocks, block_size)
         if PREEMPTIONS in stats.missing or KV_USAGE in stats.missing:
             # Blind to preemptions and KV usage: no overcommit to adapt.
-            self.policy.hold_at_floor()
+            budget.hold_at_floor()
         else:
-            self.policy.observe_engine(stats.preemptions_total, stats.kv_usage)
+            self.policy.observe_engine(engine, stats.preemptions_total, stats.kv_usage)
+            budget.observe_queue(stats.running, stats.waiting, stats.kv_usage)
         self._dispatch()
+
+    def forget_engine(self, engine: str) -> None:
+        self.policy.forget_engine(engine)
+        self._publish()
 
     # --- internals --------------------------------------------------------------
 
@@ -139,15 +170,15 @@ class AdmissionController:
         for waiter in expired:
             future = waiter.handle
             assert isinstance(future, asyncio.Future)
-            future.set_exception(self._queue_timeout_error(waiter.tokens))
+            future.set_exception(self._queue_timeout_error(waiter))
         self._publish()
 
-    def _queue_timeout_error(self, tokens: int) -> OverCapacity:
+    def _queue_timeout_error(self, waiter: Waiter) -> OverCapacity:
         return OverCapacity(
             f"waited {self._queue_timeout:g}s in the gateway's queue; retry after the time"
             " given in Retry-After",
             reason="queue_timeout",
-            retry_after=self.policy.retry_after(time.monotonic(), tokens),
+            retry_after=self.policy.retry_after(time.monotonic(), waiter.tokens, waiter.tenant),
         )
 
     def give_back(self, reservation: Reservation, used: tuple[int, int] | None = None) -> None:
@@ -162,39 +193,39 @@ class AdmissionController:
 
     def _publish(self) -> None:
         m, policy = self._metrics, self.policy
-        block = policy.block_size or 1
-        for priority, depth in policy.queued_by_priority().items():
+        for priority, depth in policy.queue.depth_by_priority().items():
             m.queue_depth.labels(priority).set(depth)
-        m.kv_reserved.set(policy.reserved_blocks * block)
-        if policy.capacity_tokens is not None and policy.budget_blocks is not None:
-            m.kv_capacity.set(policy.capacity_tokens)
-            m.kv_budget.set(policy.budget_blocks * block)
+        for budget in policy.engines.values():
+            label = engine_label(budget.id)
+            block = budget.block_size or 1
+            m.kv_reserved.labels(label).set(budget.reserved_blocks * block)
+            m.engine_in_flight.labels(label).set(budget.in_flight)
+            m.engine_sequence_cap.labels(label).set(budget.max_sequences)
+            if budget.capacity_tokens is not None and budget.budget_blocks is not None:
+                m.kv_capacity.labels(label).set(budget.capacity_tokens)
+                m.kv_budget.labels(label).set(budget.budget_blocks * block)
 
 
 class Ticket:
-    """An admitted request's reservation, given back exactly once."""
+    """An admitted request's reservation on one engine, given back exactly once."""
 
     def __init__(
-        self,
-        controller: AdmissionController,
-        reservation: Reservation,
-        job: CompletionJob,
-        demand: Demand,
+        self, controller: AdmissionController, reservation: Reservation, request: AdmissionRequest
     ) -> None:
         self._controller = controller
         self.reservation = reservation
-        self._job = job
-        self._demand = demand
+        self._request = request
+
+    @property
+    def engine(self) -> str:
+        return self.reservation.engine
 
     def release(self, record: RequestRecord) -> None:
         if self.reservation.released:
             return
         used = None
-        job = self._job
         if record.outcome == "completed" and record.completion_tokens is not None:
-            prompt = (record.prompt_tokens or self._demand.prompt_tokens) * job.n
+            request = self._request
+            prompt = (record.prompt_tokens or request.demand.prompt_tokens) * request.job.n
             used = (prompt, record.completion_tokens)
-            (first, *rest) = job.prompts
-            if record.prompt_tokens and first.text and not rest:
-                self._controller.estimator.observe(job.route, len(first.text), record.prompt_tokens)
         self._controller.give_back(self.reservation, used)

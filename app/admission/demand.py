@@ -37,6 +37,12 @@ class Demand:
     def sequences(self) -> int:
         return len(self.seq_tokens) * self.n
 
+    @property
+    def worst_usage(self) -> int:
+        """The most tokens the engine's ``usage`` can report for it: each
+        prompt once, every output token of every sequence."""
+        return self.prompt_tokens + (sum(self.seq_tokens) - self.prompt_tokens) * self.n
+
     def blocks(self, block_size: int) -> int:
         return sum(math.ceil(t / block_size) for t in self.seq_tokens) * self.n
 
@@ -55,12 +61,13 @@ def demand_of(job: CompletionJob, estimator: PromptTokenEstimator) -> Demand:
 def refuse_if_it_can_never_fit(
     job: CompletionJob,
     estimator: PromptTokenEstimator,
-    cache: tuple[int, int] | None,
+    caches: list[tuple[int, int]],
 ) -> None:
     """Raise ``TooLong`` (a 400) if the request certainly exceeds the model's
     context, or if its smallest possible demand — each prompt plus one
-    token, for each of its sequences — exceeds the whole KV cache
-    (``cache`` = blocks, block size; None while unknown)."""
+    token, for each of its sequences — exceeds the whole KV cache of every
+    engine that serves its model (``caches``: blocks and block size of each
+    engine whose cache is known)."""
     certain = [_certain(job, prompt, estimator) for prompt in job.prompts]
     limit = job.max_model_len
     longest = max(certain)
@@ -71,14 +78,18 @@ def refuse_if_it_can_never_fit(
             " (prompt plus at least one generated token)",
             param="messages" if job.route == "chat" else "prompt",
         )
-    if cache is None:
+    if not caches:
         return
-    blocks, block_size = cache
-    smallest = sum(math.ceil((tokens + 1) / block_size) for tokens in certain) * job.n
-    if smallest > blocks:
+
+    def smallest(block_size: int) -> int:
+        return sum(math.ceil((tokens + 1) / block_size) for tokens in certain) * job.n
+
+    if all(smallest(block_size) > blocks for blocks, block_size in caches):
+        blocks, block_size = max(caches, key=lambda cache: cache[0] * cache[1])
         raise TooLong(
-            f"the request needs at least {smallest} KV blocks of {block_size} tokens"
-            f" ({job.sequences} sequence(s)); the engine's whole cache is {blocks} blocks",
+            f"the request needs at least {smallest(block_size)} KV blocks of {block_size}"
+            f" tokens ({job.sequences} sequence(s)); the largest engine's whole cache is"
+            f" {blocks} blocks",
             param="n" if job.n > 1 else None,
         )
 

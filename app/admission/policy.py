@@ -57,12 +57,26 @@ preemption counter or KV usage, the factor stays at its floor, since
 neither backing off nor opening up can be judged. Neither state is silent
 (``gateway_engine_stats_missing``, a log line, an alert).
 
+*Engines.* Each engine has a budget of its own (``EngineBudget``): its
+capacity from its own metrics, its own overcommit factor, its own sequence
+cap (its ``--max-num-seqs``, set or learned: the engine keeping requests
+waiting while its KV cache has room means it runs all it may, and what runs
+beyond that would wait in the engine's FIFO, out of reach of priority,
+fairness, deadlines and early refusal). A request may go to an engine that is
+up, serves its model and is not excluded (a retry avoids the engine that
+failed it); among those where it fits now, the router picks
+(``app.routing``). An engine that goes down takes no new request; what waits
+goes elsewhere.
+
 *Order.* Waiting requests are served by priority class first (high, normal,
 low), then by fair share between tenants within a class — the tenant that
 has been admitted the fewest tokens goes next (start-time fair queuing, so a
-tenant that was idle does not bank credit), then by arrival. The head of the
-order waits until it fits; nothing overtakes it, so large requests are not
-starved by small ones; the cap above bounds how long it can hold them.
+tenant that was idle does not bank credit), then by arrival
+(``FairQueue``). The head of the order waits until it fits some engine;
+nothing overtakes it, so large requests are not starved by small ones; the
+cap above bounds how long it can hold them. Only requests for a model whose
+engines are full wait behind such a head: a request for another model goes
+on.
 
 *Refusing early.* The queue drains at a rate the policy measures: tokens
 admitted out of a backlog per second of backlog (idle time does not count, so
@@ -72,87 +86,36 @@ than the queue's deadline is refused at once rather than after the deadline,
 and so is any request beyond the queue's maximum depth.
 
 *Retry-After.* A refused client is told when the queue as it stands will have
-drained, at the measured rate. Clients refused together must not all come
-back together, so each refusal also books its own tokens' worth of drain time
-after the previous booking: returning clients arrive spread out at the rate
-the queue drains, and an honoured Retry-After mostly leads to admission.
+drained, at the measured rate (the fleet's: every engine admits from the one
+queue). Clients refused together must not all come back together, so each
+refusal also books its own tokens' worth of drain time after the previous
+booking: returning clients arrive spread out at the rate the queue drains,
+and an honoured Retry-After mostly leads to admission. Bookings are kept per
+tenant, so one tenant's refusals cannot push everyone else's Retry-After up.
 """
 
-import math
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from app.admission.budget import BudgetConfig, EngineBudget, Reservation
+from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.rate import DrainRate
-from app.identity import PRIORITIES
+from app.routing.base import Router
+from app.routing.least_loaded import LeastLoaded
 
-PRIORITY_CLASSES = PRIORITIES
+__all__ = ["AdmissionPolicy", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
-    # Sequences admitted at once (the engine's --max-num-seqs, or below).
-    max_concurrency: int = 256
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
     max_queue_depth: int = 512
     # What the waiting requests' bodies may add up to, in bytes.
     max_queue_bytes: int = 256 * 1024 * 1024
-    # Most of the budget (and of the sequence cap) one request is charged.
-    max_request_share: float = 0.5
-    # Sequences admitted at once while the KV capacity is unknown.
-    unknown_capacity_sequences: int = 8
-    min_factor: float = 0.9
-    max_factor: float = 4.0
-    initial_factor: float = 1.0
-    backoff: float = 0.8
-    step: float = 0.2
-    headroom: float = 0.85
-    patience: int = 2
-    hold_after_backoff: int = 3
     # Longest wait in the queue (the controller's deadline).
     max_wait: float = 30.0
     max_retry_after: float = 60.0
     cold_turnover: float = 2.0
-
-
-@dataclass(eq=False)
-class Waiter:
-    """A request waiting for admission (or about to be admitted)."""
-
-    tenant: str
-    priority: str
-    tokens: int
-    arrival: float
-    deadline: float = math.inf
-    # Sequences the engine runs for it (prompts of a batch × n).
-    sequences: int = 1
-    # The size of its body, which it holds while it waits.
-    size: int = 0
-    # The dispatch round it was queued in: only requests that waited past
-    # their first round count towards the drain rate.
-    round: int = 0
-    # Set by the controller: whatever it needs to wake the request up.
-    handle: object = None
-    blocks: int = 0
-
-
-@dataclass(eq=False)
-class Reservation:
-    tokens: int
-    blocks: int
-    sequences: int = 1
-    released: bool = False
-
-
-@dataclass
-class _Class:
-    queues: dict[str, deque[Waiter]] = field(default_factory=dict)
-    served: dict[str, float] = field(default_factory=dict)
-    vtime: float = 0.0
-    tokens: int = 0
-    size: int = 0
-
-    def __len__(self) -> int:
-        return sum(len(queue) for queue in self.queues.values())
 
 
 class QueueFull(Exception):
@@ -162,176 +125,106 @@ class QueueFull(Exception):
 
 
 class AdmissionPolicy:
-    def __init__(self, config: PolicyConfig | None = None) -> None:
+    def __init__(self, config: PolicyConfig | None = None, router: Router | None = None) -> None:
         self.config = config or PolicyConfig()
-        self.num_blocks: int | None = None
-        self.block_size: int | None = None
-        self.factor = self.config.initial_factor
-        self.reserved_blocks = 0
-        self.in_flight = 0
-        self.running_sequences = 0
-        self._classes: dict[str, _Class] = {name: _Class() for name in PRIORITY_CLASSES}
+        self.router = router or LeastLoaded()
+        self.engines: dict[str, EngineBudget] = {}
+        self.queue = FairQueue()
         self._drain = DrainRate()
         self._round = 0
-        self._promised_until = 0.0
-        self._last_preemptions: float | None = None
-        self._calm_ticks = 0
-        self._hold = 0
+        self._promised: dict[str, float] = {}
         self._reserved_done = 0.0
         self._held_done = 0.0
 
-    # --- capacity ---------------------------------------------------------
+    # --- engines ----------------------------------------------------------------
 
-    def set_capacity(self, num_blocks: int, block_size: int) -> None:
-        self.num_blocks, self.block_size = num_blocks, block_size
+    def engine(self, engine: str) -> EngineBudget:
+        """The budget of ``engine``, made on first use."""
+        if engine not in self.engines:
+            self.engines[engine] = EngineBudget(engine, self.config.budget)
+        return self.engines[engine]
+
+    def forget_engine(self, engine: str) -> None:
+        """An engine that left the fleet (no longer discovered)."""
+        self.engines.pop(engine, None)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(b.in_flight for b in self.engines.values())
 
     @property
     def capacity_tokens(self) -> int | None:
-        if self.num_blocks is None or self.block_size is None:
-            return None
-        return self.num_blocks * self.block_size
+        known = [b.capacity_tokens for b in self.engines.values() if b.up and b.capacity_tokens]
+        return sum(known) if known else None
 
-    @property
-    def budget_blocks(self) -> int | None:
-        if self.num_blocks is None:
-            return None
-        return math.floor(self.num_blocks * self.factor)
-
-    def blocks_for(self, tokens: int) -> int:
-        """KV blocks for a sequence of ``tokens`` (1 per token if the block
-        size is not known yet)."""
-        return math.ceil(tokens / (self.block_size or 1))
-
-    # --- the queue --------------------------------------------------------
+    # --- the queue ----------------------------------------------------------------
 
     @property
     def queued(self) -> int:
-        return sum(len(cls) for cls in self._classes.values())
+        return len(self.queue)
 
-    @property
-    def queued_bytes(self) -> int:
-        return sum(cls.size for cls in self._classes.values())
-
-    def queued_by_priority(self) -> dict[str, int]:
-        return {name: len(cls) for name, cls in self._classes.items()}
-
-    def enqueue(self, waiter: Waiter, blocks: int, now: float) -> None:
+    def enqueue(self, waiter: Waiter, now: float, *, front: bool = False) -> None:
         """Queue a request, or raise ``QueueFull`` if the queue is at its
-        depth or the predicted wait is longer than the deadline."""
-        wait = self.predicted_wait(waiter.priority, waiter.tokens)
-        if (
-            self.queued >= self.config.max_queue_depth
-            or self.queued_bytes + waiter.size > self.config.max_queue_bytes
-            or (wait is not None and wait > self.config.max_wait)
-        ):
-            raise QueueFull(self.retry_after(now, waiter.tokens))
-        waiter.blocks = blocks
-        cls = self._classes[waiter.priority]
-        queue = cls.queues.get(waiter.tenant)
-        if not queue:
-            # A tenant that starts waiting again starts at the class's
-            # virtual time: idle time is not saved up as credit.
-            cls.served[waiter.tenant] = max(cls.served.get(waiter.tenant, 0.0), cls.vtime)
-            queue = cls.queues[waiter.tenant] = deque()
+        depth or its bytes, or the predicted wait is longer than the
+        deadline. ``front``: a retry, which already waited its turn."""
+        if not front:
+            wait = self.predicted_wait(waiter.priority, waiter.tokens)
+            if (
+                self.queued >= self.config.max_queue_depth
+                or self.queue.size + waiter.size > self.config.max_queue_bytes
+                or (wait is not None and wait > self.config.max_wait)
+            ):
+                raise QueueFull(self.retry_after(now, waiter.tokens, waiter.tenant))
         waiter.round = self._round
-        queue.append(waiter)
-        cls.tokens += waiter.tokens
-        cls.size += waiter.size
+        self.queue.add(waiter, front=front)
         self._drain.tick(now, backlog=True)
 
     def remove(self, waiter: Waiter) -> bool:
-        """Take a waiter out of the queue (its client left, or its deadline
-        passed). False if it was not queued."""
-        cls = self._classes[waiter.priority]
-        queue = cls.queues.get(waiter.tenant)
-        if not queue or waiter not in queue:
-            return False
-        queue.remove(waiter)
-        if not queue:
-            del cls.queues[waiter.tenant]
-        cls.tokens -= waiter.tokens
-        cls.size -= waiter.size
-        return True
+        """Take a waiter out (its client left, or its deadline passed)."""
+        return self.queue.remove(waiter)
 
     def drain_queue(self) -> list[Waiter]:
         """Empty the queue (shutdown); returns who was in it."""
-        everyone = [w for cls in self._classes.values() for q in cls.queues.values() for w in q]
-        for waiter in everyone:
-            self.remove(waiter)
-        return everyone
+        return self.queue.drain()
 
     def pop_admissible(self, now: float) -> tuple[list[tuple[Waiter, Reservation]], list[Waiter]]:
-        """Admit waiters in order while the head of the order fits. Waiters
-        whose deadline has passed are taken out instead (second list)."""
+        """Admit waiters in order while the head of the order fits some
+        engine. Waiters whose deadline has passed are taken out instead
+        (second list)."""
         admitted: list[tuple[Waiter, Reservation]] = []
         expired: list[Waiter] = []
-        while (head := self._head()) is not None:
-            cls, waiter = head
+        full_models: set[str] = set()
+        while (waiter := self.queue.head(skip=full_models)) is not None:
             if waiter.deadline <= now:
-                self.remove(waiter)
+                self.queue.remove(waiter)
                 expired.append(waiter)
                 continue
-            if not self._fits(waiter):
-                break
-            queue = cls.queues[waiter.tenant]
-            queue.popleft()
-            if not queue:
-                del cls.queues[waiter.tenant]
-            cls.tokens -= waiter.tokens
-            cls.size -= waiter.size
+            budget = self._place(waiter)
+            if budget is None:
+                full_models.add(waiter.model)
+                continue
+            self.queue.admit(waiter)
             if waiter.round < self._round:
                 self._drain.admitted(waiter.tokens)
-            cls.vtime = max(cls.vtime, cls.served[waiter.tenant])
-            cls.served[waiter.tenant] += waiter.tokens
-            self._forget_idle_tenants(cls)
-            admitted.append((waiter, self._reserve(waiter)))
+            admitted.append((waiter, budget.reserve(waiter)))
         self._drain.tick(now, backlog=self.queued > 0)
         self._round += 1
         return admitted, expired
 
-    def _head(self) -> tuple[_Class, Waiter] | None:
-        for name in PRIORITY_CLASSES:
-            cls = self._classes[name]
-            if cls.queues:
-                tenant = min(cls.queues, key=lambda t: (cls.served[t], cls.queues[t][0].arrival))
-                return cls, cls.queues[tenant][0]
-        return None
+    def _place(self, waiter: Waiter) -> EngineBudget | None:
+        eligible = [
+            b
+            for b in self.engines.values()
+            if b.up
+            and b.id not in waiter.excluded
+            and (not waiter.model or waiter.model in b.models)
+        ]
+        if not eligible:
+            return None
+        choice = self.router.choose(waiter.affinity, [b.load(waiter) for b in eligible])
+        return None if choice is None else self.engines[choice.engine]
 
-    def charged(self, waiter: Waiter) -> tuple[int, int]:
-        """(blocks, sequences) a waiter is charged: its demand, capped at
-        ``max_request_share`` of the budget and of the sequence cap."""
-        share = self.config.max_request_share
-        sequences = min(waiter.sequences, max(1, math.floor(share * self.config.max_concurrency)))
-        budget = self.budget_blocks
-        if budget is None:
-            return waiter.blocks, sequences
-        return min(waiter.blocks, max(1, math.floor(share * budget))), sequences
-
-    def _fits(self, waiter: Waiter) -> bool:
-        if self.in_flight == 0:
-            return True
-        blocks, sequences = self.charged(waiter)
-        budget = self.budget_blocks
-        cap = self.config.max_concurrency
-        if budget is None:
-            cap = min(cap, self.config.unknown_capacity_sequences)
-        if self.running_sequences + sequences > cap:
-            return False
-        return budget is None or self.reserved_blocks + blocks <= budget
-
-    @staticmethod
-    def _forget_idle_tenants(cls: _Class) -> None:
-        for tenant in [t for t, s in cls.served.items() if t not in cls.queues and s <= cls.vtime]:
-            del cls.served[tenant]
-
-    # --- reservations -----------------------------------------------------
-
-    def _reserve(self, waiter: Waiter) -> Reservation:
-        blocks, sequences = self.charged(waiter)
-        self.in_flight += 1
-        self.running_sequences += sequences
-        self.reserved_blocks += blocks
-        return Reservation(tokens=waiter.tokens, blocks=blocks, sequences=sequences)
+    # --- reservations ---------------------------------------------------------
 
     def release(self, reservation: Reservation, used: tuple[int, int] | None = None) -> bool:
         """Give a reservation back; False (and no change) if it already was.
@@ -340,9 +233,9 @@ class AdmissionPolicy:
         if reservation.released:
             return False
         reservation.released = True
-        self.in_flight -= 1
-        self.running_sequences -= reservation.sequences
-        self.reserved_blocks -= reservation.blocks
+        budget = self.engines.get(reservation.engine)
+        if budget is not None:
+            budget.release(reservation)
         if used is not None:
             prompt, output = used
             average_held = prompt + output / 2
@@ -352,41 +245,21 @@ class AdmissionPolicy:
                 self._held_done = self._held_done * decay + average_held
         return True
 
-    # --- adapting to the engine --------------------------------------------
+    # --- adapting to the engines --------------------------------------------------
 
     def overcommit_ceiling(self) -> float:
         """How far completed requests justify overcommitting."""
+        budget = self.config.budget
         if self._held_done <= 0:
-            return self.config.max_factor
+            return budget.max_factor
         ratio = self._reserved_done / self._held_done
-        return max(self.config.min_factor, min(self.config.max_factor, ratio))
+        return max(budget.min_factor, min(budget.max_factor, ratio))
 
-    def hold_at_floor(self) -> None:
-        """The engine's preemptions and KV usage cannot be seen: overcommit
-        cannot be adapted safely, so the budget stays at its floor."""
-        self.factor = self.config.min_factor
-        self._last_preemptions = None
-        self._calm_ticks = 0
-
-    def observe_engine(self, preemptions_total: float, kv_usage: float) -> None:
-        """One tick of engine facts (about once a second)."""
-        last, self._last_preemptions = self._last_preemptions, preemptions_total
-        if last is not None and preemptions_total > last:
-            self.factor = max(self.config.min_factor, self.factor * self.config.backoff)
-            self._hold = self.config.hold_after_backoff
-            self._calm_ticks = 0
-            return
-        if self._hold > 0:
-            self._hold -= 1
-            return
-        if self.queued > 0 and kv_usage < self.config.headroom:
-            self._calm_ticks += 1
-        else:
-            self._calm_ticks = 0
-        if self._calm_ticks >= self.config.patience:
-            self._calm_ticks = 0
-            self.factor = min(self.overcommit_ceiling(), self.factor + self.config.step)
-            self.factor = max(self.factor, self.config.min_factor)
+    def observe_engine(self, engine: str, preemptions_total: float, kv_usage: float) -> None:
+        """One tick of an engine's facts (about once a second)."""
+        self.engine(engine).observe(
+            preemptions_total, kv_usage, self.queued > 0, self.overcommit_ceiling()
+        )
 
     # --- telling clients when to come back ----------------------------------
 
@@ -400,18 +273,14 @@ class AdmissionPolicy:
         rate = self._drain.rate()
         if rate is None:
             return None
-        ahead = 0
-        for name in PRIORITY_CLASSES:
-            ahead += self._classes[name].tokens
-            if name == priority:
-                break
-        return (ahead + tokens) / rate
+        return (self.queue.tokens_up_to(priority) + tokens) / rate
 
-    def retry_after(self, now: float, tokens: int = 0) -> float:
+    def retry_after(self, now: float, tokens: int = 0, tenant: str = "") -> float:
         """Seconds a refused request of ``tokens`` should wait before coming
-        back (see the module docstring); books that time. Until the drain
-        rate has been measured (the backlog just formed), the engine is
-        assumed to turn its KV cache over every ``cold_turnover`` seconds."""
+        back (see the module docstring); books that time for ``tenant``.
+        Until the drain rate has been measured (the backlog just formed), the
+        fleet is assumed to turn its KV cache over every ``cold_turnover``
+        seconds."""
         self._drain.tick(now, backlog=self.queued > 0)
         rate = self._drain.rate()
         if rate is None:
@@ -419,15 +288,15 @@ class AdmissionPolicy:
             if capacity is None:
                 return self.config.cold_turnover
             rate = capacity / self.config.cold_turnover
-        queue_drained = now + sum(cls.tokens for cls in self._classes.values()) / rate
-        come_back = max(queue_drained, self._promised_until) + tokens / rate
+        queue_drained = now + self.queue.tokens / rate
+        come_back = max(queue_drained, self._promised.get(tenant, 0.0)) + tokens / rate
         come_back = min(come_back, now + self.config.max_retry_after)
-        self._promised_until = come_back
+        self._promised[tenant] = come_back
+        for stale in [t for t, until in self._promised.items() if until < now]:
+            del self._promised[stale]
         return max(1.0, come_back - now)
 
     # --- for tests and invariants --------------------------------------------
 
     def waiters(self) -> Iterator[Waiter]:
-        for cls in self._classes.values():
-            for queue in cls.queues.values():
-                yield from queue
+        yield from self.queue

@@ -1,11 +1,11 @@
 """The OpenAI-compatible routes the gateway serves."""
 
-import httpx
 from fastapi import APIRouter, Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from app.api.deps import ServicesDep
-from app.errors import EngineUnavailable
+from app.errors import EngineUnavailable, GatewayError
+from app.keys.identify import authenticate
 from app.pipeline import serve_completion
 from app.responses import error_response
 
@@ -23,17 +23,17 @@ async def completions(request: Request, services: ServicesDep) -> Response:
 
 
 @router.get("/models")
-async def models(services: ServicesDep) -> Response:
-    """The engine's model list, passed through."""
-    try:
-        upstream = await services.engine.get("/v1/models", timeout=services.settings.health_timeout)
-    except httpx.HTTPError:
-        upstream = None
-    if upstream is None or upstream.status_code != 200:
+async def models(request: Request, services: ServicesDep) -> Response:
+    """The union of the models the engines that are up serve."""
+    if services.keys is not None:
+        try:
+            authenticate(request.headers, services.keys.ring)
+        except GatewayError as error:
+            return error_response(error)
+    if not services.engines.up:
         return error_response(
             EngineUnavailable(
-                "the engine is not available",
-                retry_after=services.settings.retry_after_unavailable,
+                "no engine is available", retry_after=services.settings.retry_after_unavailable
             )
         )
-    return Response(upstream.content, media_type="application/json")
+    return JSONResponse(services.engines.model_list())

@@ -16,12 +16,13 @@ async def live() -> Response:
 
 @router.get("/health/ready")
 async def ready(services: ServicesDep) -> Response:
-    """Ready while the engine answers and the gateway is not draining."""
+    """Ready while at least one engine answers and the gateway is not draining."""
     if services.drain.draining:
         return JSONResponse({"status": "draining"}, status_code=503)
-    if not services.monitor.up:
-        return JSONResponse({"status": "engine unavailable"}, status_code=503)
-    return JSONResponse({"status": "ready"})
+    up = len(services.engines.up_engines())
+    if not up:
+        return JSONResponse({"status": "no engine available"}, status_code=503)
+    return JSONResponse({"status": "ready", "engines_up": up})
 
 
 @router.get("/metrics")

@@ -14,7 +14,7 @@ its capacity is given back, exactly once.
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import httpx
@@ -47,6 +47,11 @@ _PING = b": ping\n\n"
 _FAREWELL_SECONDS = 2.0
 
 
+# Called when the engine fails a stream before its first event: returns the
+# response of another engine to relay instead, or None.
+Reopen = Callable[[GatewayError], Awaitable[httpx.Response | None]]
+
+
 class _ClientGone(Exception):
     """The client's disconnect ended the stream."""
 
@@ -65,6 +70,7 @@ class RelayResponse(Response):
         ping_seconds: float,
         send_timeout: float,
         on_close: Callable[[], None],
+        reopen: Reopen | None = None,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -76,6 +82,8 @@ class RelayResponse(Response):
         self._ping = ping_seconds
         self._send_timeout = send_timeout
         self._on_close = on_close
+        self._reopen = reopen
+        self._sent_events = False
         self._ended_by: Exception | None = None
         self._cancel: anyio.CancelScope | None = None
         self._sending_since: float | None = None
@@ -106,8 +114,28 @@ class RelayResponse(Response):
     # --- the pump ----------------------------------------------------------
 
     async def _pump(self, send: Send) -> None:
+        error = await self._relay_from_engine(send)
+        while error is not None and not self._sent_events and self._reopen is not None:
+            # Nothing of the answer went out yet: another engine may serve it.
+            await close_quietly(self._upstream)
+            reopened = await self._reopen(error)
+            if reopened is None:
+                break
+            self._upstream = reopened
+            self._relay.restart()
+            error = await self._relay_from_engine(send)
+        body = b""
+        if error is not None:
+            self._relay.count_partial_output()
+            self._record.fail(error)
+            body = sse_error_event(error)
+        self._sending_since = time.perf_counter()
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        self._sending_since = None
+
+    async def _relay_from_engine(self, send: Send) -> GatewayError | None:
+        """Forward the engine's stream; the error that ended it early, if any."""
         relay = self._relay
-        error: GatewayError | None = None
         try:
             async for raw in self._upstream.aiter_raw():
                 now = time.perf_counter()
@@ -117,20 +145,15 @@ class RelayResponse(Response):
                     await send({"type": "http.response.body", "body": data, "more_body": True})
                     self._sending_since = None
                     self._last_send = now
+                    self._sent_events = True
             relay.finish()
         except httpx.TimeoutException:
-            error = UpstreamTimeout("the engine stopped sending tokens (idle timeout)")
+            return UpstreamTimeout("the engine stopped sending tokens (idle timeout)")
         except httpx.HTTPError as exc:
-            error = UpstreamFailed(f"the engine connection broke mid-stream: {exc!r}")
+            return UpstreamFailed(f"the engine connection broke mid-stream: {exc!r}")
         except UpstreamFailed as exc:
-            error = exc
-        body = b""
-        if error is not None:
-            self._record.fail(error)
-            body = sse_error_event(error)
-        self._sending_since = time.perf_counter()
-        await send({"type": "http.response.body", "body": body, "more_body": False})
-        self._sending_since = None
+            return exc
+        return None
 
     # --- what else can end the stream -----------------------------------------
 
@@ -179,6 +202,7 @@ class RelayResponse(Response):
         cause, record = self._ended_by, self._record
         if cause is None:
             return
+        self._relay.count_partial_output()
         if isinstance(cause, _ClientGone):
             record.cancel()
         elif isinstance(cause, SlowReader):

@@ -1,11 +1,11 @@
 """What to forward of one engine stream, and what it says about the request.
 
 This is the hot path's logic: every upstream read crosses ``StreamRelay.feed``.
-Per read it does one regex scan for event ends, a substring test for the
-usage chunk, the ``[DONE]`` marker and an engine error, and one histogram
-observation. JSON is parsed only until the first token and for the final
-usage chunk. The I/O around it (reads, sends, the client, the drain) is
-``app.relay.response``.
+Per read it does one regex scan for event ends, substring tests and one
+count for the usage chunk, the ``[DONE]`` marker, an engine error and the
+events sent, and one histogram observation. JSON is parsed only until the
+first token and for the final usage chunk. The I/O around it (reads, sends,
+the client, the drain) is ``app.relay.response``.
 """
 
 from app.errors import UpstreamFailed
@@ -28,7 +28,9 @@ class StreamRelay:
         self._forward_usage = forward_usage
         self._splitter = EventSplitter()
         self._last_sent = 0.0
-        self._chunks_after_first = 0
+        # Events sent from the first token on: one token each, as the engine
+        # streams them (an estimate of a stream's output when it ends early).
+        self._events = 0
         self._saw_done = False
         self._engine_error = False
 
@@ -48,11 +50,16 @@ class StreamRelay:
         if _ERROR in data:
             self._engine_error = True
         if data and record.first_token_at is not None:
+            self._events += data.count(b"data: {")
             if self._last_sent:
                 self._inter_token.observe(now - self._last_sent)
-                self._chunks_after_first += 1
             self._last_sent = now
         return data
+
+    def restart(self) -> None:
+        """Start over on another engine's stream (nothing was sent yet)."""
+        self._splitter = EventSplitter()
+        self._saw_done = self._engine_error = False
 
     def finish(self) -> None:
         """The engine ended the stream: record how it ended."""
@@ -67,8 +74,8 @@ class StreamRelay:
         """A stream that ended early has no usage chunk: count what it sent
         (one token per content chunk, as the engine streams them)."""
         record = self._record
-        if record.completion_tokens is None and record.first_token_at is not None:
-            record.completion_tokens = self._chunks_after_first + 1
+        if record.completion_tokens is None and self._events:
+            record.completion_tokens = self._events
 
     def _look_for_first_token(self, data: bytes, now: float) -> None:
         for event in split_events(data):

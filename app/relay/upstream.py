@@ -1,16 +1,13 @@
-"""The HTTP client for the engine, behind a small interface.
+"""The HTTP client for the engines.
 
-One ``httpx.AsyncClient`` per app, with pool limits and timeouts from the
-settings. Transport errors are turned into the gateway's own errors here, so
-nothing above this module sees an httpx exception type except the relay's
-mid-stream reads.
-
-Only one engine is served for now; a pool of replicas would implement the
-same ``Upstream`` protocol and pick a client per request.
+One ``httpx.AsyncClient`` per app, for every engine (its pool keeps
+connections per engine), with pool limits and timeouts from the settings.
+Every call names the engine's base URL. Transport errors are turned into the
+gateway's own errors here, so nothing above this module sees an httpx
+exception type except the relay's mid-stream reads.
 """
 
 import contextlib
-from typing import Protocol
 
 import anyio
 import httpx
@@ -25,16 +22,6 @@ from app.errors import (
 from app.settings import Settings
 
 _CLOSE_TIMEOUT = 5.0
-
-
-class Upstream(Protocol):
-    async def open(
-        self, path: str, body: bytes, request_id: str, *, stream: bool
-    ) -> httpx.Response: ...
-
-    async def get(self, path: str, *, timeout: float) -> httpx.Response: ...
-
-    async def aclose(self) -> None: ...
 
 
 class EngineClient:
@@ -52,7 +39,6 @@ class EngineClient:
             pool=settings.upstream_connect_timeout,
         )
         self._http = httpx.AsyncClient(
-            base_url=settings.upstream_url,
             timeout=self._stream_timeout,
             limits=httpx.Limits(
                 max_connections=settings.upstream_max_connections,
@@ -62,7 +48,7 @@ class EngineClient:
         )
 
     async def open(
-        self, path: str, body: bytes, request_id: str, *, stream: bool
+        self, engine: str, path: str, body: bytes, request_id: str, *, stream: bool
     ) -> httpx.Response:
         """Send a request and return once the engine's response headers are in.
 
@@ -72,7 +58,7 @@ class EngineClient:
         """
         request = self._http.build_request(
             "POST",
-            path,
+            engine + path,
             content=body,
             headers={"content-type": "application/json", "x-request-id": request_id},
             timeout=self._stream_timeout if stream else self._non_stream_timeout,
@@ -104,9 +90,9 @@ class EngineClient:
             raise EngineStatusError(response.status_code, content, retry_after)
         return response
 
-    async def get(self, path: str, *, timeout: float) -> httpx.Response:
+    async def get(self, engine: str, path: str, *, timeout: float) -> httpx.Response:
         """A small GET (health, models, metrics); transport errors propagate as httpx errors."""
-        return await self._http.get(path, timeout=timeout)
+        return await self._http.get(engine + path, timeout=timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -40,7 +40,7 @@ async def test_a_check_that_breaks_marks_the_engine_down_and_the_loop_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with in_process_gateway(health_interval=0.05) as gateway:
-        monitor = gateway.services.monitor
+        (monitor,) = gateway.services.engines.monitors.values()
         assert monitor.up
         calls = 0
 
@@ -57,7 +57,7 @@ async def test_a_check_that_breaks_marks_the_engine_down_and_the_loop_goes_on(
 
 async def test_a_stale_answer_counts_as_down(monkeypatch: pytest.MonkeyPatch) -> None:
     async with in_process_gateway(health_interval=0.05) as gateway:
-        monitor = gateway.services.monitor
+        (monitor,) = gateway.services.engines.monitors.values()
         assert monitor.up
 
         async def hangs() -> None:

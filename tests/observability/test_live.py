@@ -197,7 +197,7 @@ async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
                     await asyncio.sleep(0.5)
                 # Let the blockers outgrow the KV cache and preempt each other.
                 assert await asyncio.to_thread(
-                    wait_until, lambda: engine.metric("vllm:num_preemptions_total") > preempted, 30
+                    wait_until, lambda: engine.metric("vllm:num_preemptions_total") > preempted, 600
                 )
             finally:
                 for blocker in saturating:

@@ -15,7 +15,7 @@ from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, engine_i
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
-IDLE_WITHIN = 10.0
+IDLE_WITHIN = 30.0
 
 
 def cancels(gateway: Gateway, phase: str) -> float:
@@ -45,7 +45,7 @@ async def test_disconnect_mid_stream(idle_engine: Engine, gateway: Gateway) -> N
         f"\nmid-stream disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens generated"
     )
     assert generated < 500
-    assert wait_until(lambda: cancels(gateway, "streaming") == before + 1, timeout=5)
+    assert wait_until(lambda: cancels(gateway, "streaming") == before + 1, timeout=30)
     assert gateway.metric("gateway_requests_in_flight") == 0
 
 
@@ -66,7 +66,7 @@ async def test_disconnect_during_a_non_streaming_call(
     generated = idle_engine.metric("vllm:generation_tokens_total") - before_tokens
     print(f"\nnon-streaming disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens")
     assert generated < 500
-    assert wait_until(lambda: cancels(gateway, "non_streaming") == before + 1, timeout=5)
+    assert wait_until(lambda: cancels(gateway, "non_streaming") == before + 1, timeout=30)
 
 
 async def test_disconnect_while_waiting_for_the_first_token(
@@ -92,7 +92,7 @@ async def test_disconnect_while_waiting_for_the_first_token(
                 )
             left = time.monotonic()
             assert wait_until(
-                lambda: cancels(gateway, "waiting_first_token") == before + 1, timeout=5
+                lambda: cancels(gateway, "waiting_first_token") == before + 1, timeout=30
             )
         finally:
             # Once the blockers are gone, a request the engine still held would

@@ -22,7 +22,7 @@ from app.drain import Drain
 from app.main import create_app
 from app.services import Services
 from app.settings import Settings
-from tests.support.scripted_engine import ScriptedEngine
+from tests.support.scripted_engine import ScriptedEngine, fleet_transport
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -45,6 +45,8 @@ class Exchange:
         path: str,
         headers: list[tuple[bytes, bytes]],
         http_version: str,
+        method: str = "POST",
+        port: int = 8000,
     ) -> None:
         self._incoming: asyncio.Queue[Message] = asyncio.Queue()
         self.messages: list[Message] = []
@@ -55,7 +57,7 @@ class Exchange:
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": http_version,
-            "method": "POST",
+            "method": method,
             "scheme": "http",
             "path": path,
             "raw_path": path.encode(),
@@ -63,7 +65,7 @@ class Exchange:
             "root_path": "",
             "headers": headers,
             "client": ("127.0.0.1", 40000),
-            "server": ("127.0.0.1", 8000),
+            "server": ("127.0.0.1", port),
             "state": dict(state),
         }
         self.task = asyncio.create_task(app(scope, self._receive, self._send))
@@ -151,13 +153,15 @@ class InProcessGateway:
         headers: dict[str, str] | None = None,
         http_version: str = "1.1",
         complete: bool = True,
+        method: str = "POST",
+        port: int = 8000,
     ) -> Exchange:
         """Start a request. With ``complete``, its whole body is sent at once;
         otherwise the test sends the body with ``send_body``."""
         raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body else b""
         all_headers = {"content-type": "application/json", **(headers or {})}
         encoded = [(k.lower().encode(), v.encode()) for k, v in all_headers.items()]
-        exchange = Exchange(self.app, self.state, path, encoded, http_version)
+        exchange = Exchange(self.app, self.state, path, encoded, http_version, method, port)
         if complete:
             exchange.send_body(raw)
         return exchange
@@ -173,10 +177,21 @@ class InProcessGateway:
 
 @asynccontextmanager
 async def in_process_gateway(
-    engine: ScriptedEngine | None = None, drain: Drain | None = None, **settings: Any
+    engine: ScriptedEngine | None = None,
+    drain: Drain | None = None,
+    fleet: dict[str, ScriptedEngine] | None = None,
+    **settings: Any,
 ) -> AsyncIterator[InProcessGateway]:
-    engine = engine or ScriptedEngine()
+    """A gateway in front of one scripted engine, or of a ``fleet`` of them
+    (by ``host:port``; the first is ``engine``)."""
+    if fleet is not None:
+        transport = fleet_transport(fleet)
+        settings["upstream_urls"] = ",".join(f"http://{name}" for name in fleet)
+        engine = next(iter(fleet.values()))
+    else:
+        engine = engine or ScriptedEngine()
+        transport = engine.transport()
     config = Settings(**{"health_interval": 3600, **settings})
-    app = create_app(config, drain, transport=engine.transport())
+    app = create_app(config, drain, transport=transport)
     async with app.router.lifespan_context(app) as state:
         yield InProcessGateway(app, dict(state or {}), engine)

@@ -98,6 +98,9 @@ class EngineCall:
 class ScriptedEngine:
     kv_blocks: int = 24
     block_size: int = 16
+    models: tuple[str, ...] = (MODEL,)
+    # While False, every request to it fails to connect (an engine that is down).
+    reachable: bool = True
     calls: "asyncio.Queue[EngineCall]" = field(default_factory=asyncio.Queue)
     metrics_text: str = ""
     # Raised instead of answering a completion (what the HTTP client raises
@@ -105,14 +108,19 @@ class ScriptedEngine:
     completion_error: Exception | None = None
 
     def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self._handle)
+        return httpx.MockTransport(self.handle)
 
-    async def _handle(self, request: httpx.Request) -> httpx.Response:
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if not self.reachable:
+            raise httpx.ConnectError("connection refused", request=request)
         path = request.url.path
         if path == "/health":
             return httpx.Response(200)
         if path == "/v1/models":
-            data = [{"id": MODEL, "object": "model", "max_model_len": MAX_MODEL_LEN}]
+            data = [
+                {"id": name, "object": "model", "max_model_len": MAX_MODEL_LEN}
+                for name in self.models
+            ]
             return httpx.Response(200, json={"object": "list", "data": data})
         if path == "/metrics":
             return httpx.Response(200, text=self.metrics_text or self._metrics())
@@ -132,3 +140,13 @@ class ScriptedEngine:
             "# TYPE vllm:kv_cache_usage_perc gauge\n"
             'vllm:kv_cache_usage_perc{model_name="tiny"} 0.0\n'
         )
+
+
+def fleet_transport(engines: dict[str, ScriptedEngine]) -> httpx.MockTransport:
+    """One transport for several scripted engines, by host:port
+    (``upstream_urls`` names them ``http://<host:port>``)."""
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        return await engines[f"{request.url.host}:{request.url.port}"].handle(request)
+
+    return httpx.MockTransport(handle)

@@ -1,0 +1,183 @@
+"""One engine's KV budget: what it can hold, what is reserved on it, and how
+far its reservations may overcommit it. No I/O, no clock.
+
+The reasoning (demand, overcommit, the cap on one request's charge, the
+fallback when the engine cannot be seen) is in ``app.admission.policy``;
+this is its bookkeeping, once per engine, so engines of different sizes each
+adapt to what they show.
+"""
+
+import math
+from dataclasses import dataclass
+
+from app.admission.fairqueue import Waiter
+from app.routing.base import EngineLoad
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    # Sequences admitted at once to one engine (at most; see sequence_cap).
+    max_sequences: int = 256
+    # Most of the budget (and of the sequence cap) one request is charged.
+    max_request_share: float = 0.5
+    # Sequences admitted at once while the KV capacity is unknown.
+    unknown_capacity_sequences: int = 8
+    min_factor: float = 0.9
+    max_factor: float = 4.0
+    initial_factor: float = 1.0
+    backoff: float = 0.8
+    step: float = 0.2
+    headroom: float = 0.85
+    patience: int = 2
+    hold_after_backoff: int = 3
+
+
+@dataclass(eq=False)
+class Reservation:
+    engine: str
+    tokens: int
+    blocks: int
+    sequences: int = 1
+    released: bool = False
+
+
+class EngineBudget:
+    def __init__(self, engine: str, config: BudgetConfig) -> None:
+        self.id = engine
+        self.config = config
+        self.up = False
+        self.models: frozenset[str] = frozenset()
+        self.num_blocks: int | None = None
+        self.block_size: int | None = None
+        self.factor = config.initial_factor
+        # What this gateway holds on the engine...
+        self.reserved_blocks = 0
+        self.in_flight = 0
+        self.running_sequences = 0
+        # ...and what other gateway replicas hold (shared state; 0 alone).
+        self.others_blocks = 0
+        self.others_sequences = 0
+        self.others_in_flight = 0
+        # The engine's own sequence cap (--max-num-seqs), once learned.
+        self.sequence_cap: int | None = None
+        self._last_preemptions: float | None = None
+        self._calm_ticks = 0
+        self._hold = 0
+        self._capped_ticks = 0
+
+    # --- capacity -----------------------------------------------------------
+
+    def set_capacity(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks, self.block_size = num_blocks, block_size
+
+    @property
+    def capacity_tokens(self) -> int | None:
+        if self.num_blocks is None or self.block_size is None:
+            return None
+        return self.num_blocks * self.block_size
+
+    @property
+    def budget_blocks(self) -> int | None:
+        if self.num_blocks is None:
+            return None
+        return math.floor(self.num_blocks * self.factor)
+
+    @property
+    def max_sequences(self) -> int:
+        cap = self.config.max_sequences
+        if self.sequence_cap is not None:
+            cap = min(cap, self.sequence_cap)
+        if self.budget_blocks is None:
+            cap = min(cap, self.config.unknown_capacity_sequences)
+        return cap
+
+    # --- reservations ---------------------------------------------------------
+
+    def charged(self, waiter: Waiter) -> tuple[int, int]:
+        """(blocks, sequences) ``waiter`` is charged here: its demand, capped
+        at ``max_request_share`` of the budget and of the sequence cap."""
+        share = self.config.max_request_share
+        sequences = min(waiter.sequences, max(1, math.floor(share * self.max_sequences)))
+        blocks = waiter.blocks(self.block_size or 1)
+        budget = self.budget_blocks
+        if budget is not None:
+            blocks = min(blocks, max(1, math.floor(share * budget)))
+        return blocks, sequences
+
+    def fits(self, waiter: Waiter) -> bool:
+        if self.in_flight + self.others_in_flight == 0:
+            return True
+        blocks, sequences = self.charged(waiter)
+        if self.running_sequences + self.others_sequences + sequences > self.max_sequences:
+            return False
+        budget = self.budget_blocks
+        return budget is None or self.reserved_blocks + self.others_blocks + blocks <= budget
+
+    def reserve(self, waiter: Waiter) -> Reservation:
+        blocks, sequences = self.charged(waiter)
+        self.in_flight += 1
+        self.running_sequences += sequences
+        self.reserved_blocks += blocks
+        return Reservation(self.id, waiter.tokens, blocks, sequences)
+
+    def release(self, reservation: Reservation) -> None:
+        self.in_flight -= 1
+        self.running_sequences -= reservation.sequences
+        self.reserved_blocks -= reservation.blocks
+
+    def load(self, waiter: Waiter) -> EngineLoad:
+        """What the router sees of this engine, for ``waiter``."""
+        budget = self.budget_blocks or 0
+        held = self.reserved_blocks + self.others_blocks
+        return EngineLoad(
+            id=self.id,
+            in_flight=self.in_flight + self.others_in_flight,
+            weight=float(budget or self.max_sequences),
+            reserved=held / budget if budget else 0.0,
+            fits=self.fits(waiter),
+        )
+
+    # --- adapting to the engine -------------------------------------------------
+
+    def hold_at_floor(self) -> None:
+        """Preemptions and KV usage cannot be seen: overcommit cannot be
+        adapted safely, so the budget stays at its floor."""
+        self.factor = self.config.min_factor
+        self._last_preemptions = None
+        self._calm_ticks = 0
+
+    def observe(
+        self, preemptions_total: float, kv_usage: float, queued: bool, ceiling: float
+    ) -> None:
+        """One tick of the engine's facts (about once a second): AIMD on the
+        overcommit factor, never above ``ceiling``."""
+        config = self.config
+        last, self._last_preemptions = self._last_preemptions, preemptions_total
+        if last is not None and preemptions_total > last:
+            self.factor = max(config.min_factor, self.factor * config.backoff)
+            self._hold = config.hold_after_backoff
+            self._calm_ticks = 0
+            return
+        if self._hold > 0:
+            self._hold -= 1
+            return
+        self._calm_ticks = self._calm_ticks + 1 if queued and kv_usage < config.headroom else 0
+        if self._calm_ticks >= config.patience:
+            self._calm_ticks = 0
+            self.factor = max(config.min_factor, min(ceiling, self.factor + config.step))
+
+    def observe_queue(self, running: float, waiting: float, kv_usage: float) -> None:
+        """Learn the engine's own sequence cap: requests waiting in the
+        engine for several ticks while its KV cache has room means it runs
+        all it may (``--max-num-seqs``); what it runs then is the cap, so
+        admission keeps the excess in the gateway's queue instead."""
+        # Not right after a preemption: preempted requests wait too.
+        calm = self._hold == 0
+        if calm and waiting > 0 and running > 0 and kv_usage < self.config.headroom:
+            self._capped_ticks += 1
+            if self._capped_ticks >= self.config.patience:
+                learned = int(running)
+                if self.sequence_cap is None or learned > self.sequence_cap:
+                    self.sequence_cap = learned
+        else:
+            self._capped_ticks = 0

@@ -1,0 +1,166 @@
+"""The waiting requests, in the order admission serves them: no I/O, no clock.
+
+Priority class first (high, normal, low); within a class, start-time fair
+queuing between tenants — the tenant that has been admitted the fewest
+tokens goes next, and a tenant that starts waiting again starts at the
+class's virtual time, so idle time is not banked as credit; within a tenant,
+arrival order. A waiter holds its place until admitted, removed (its client
+left, its deadline passed) or drained.
+"""
+
+import math
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from app.identity import PRIORITIES
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A request waiting for admission (or about to be admitted)."""
+
+    tenant: str
+    priority: str
+    tokens: int
+    arrival: float
+    deadline: float = math.inf
+    # Sequences the engine runs for it (prompts of a batch × n), and the
+    # prompt + output tokens of each (empty: ``tokens`` split evenly).
+    sequences: int = 1
+    seq_tokens: tuple[int, ...] = ()
+    # The model it asks for (only engines that serve it may take it), the
+    # engines it must not go to (a retry), its prompt's prefix key.
+    model: str = ""
+    excluded: frozenset[str] = frozenset()
+    affinity: int | None = None
+    # The size of its body, which it holds while it waits.
+    size: int = 0
+    # The dispatch round it was queued in: only requests that waited past
+    # their first round count towards the drain rate.
+    round: int = 0
+    # Set by the controller: whatever it needs to wake the request up.
+    handle: object = None
+
+    def blocks(self, block_size: int) -> int:
+        """Its worst case in KV blocks of ``block_size`` tokens."""
+        if self.seq_tokens:
+            return sum(math.ceil(t / block_size) for t in self.seq_tokens)
+        per_sequence = self.tokens / self.sequences
+        return math.ceil(per_sequence / block_size) * self.sequences
+
+
+@dataclass
+class _Class:
+    queues: dict[str, deque[Waiter]] = field(default_factory=dict)
+    served: dict[str, float] = field(default_factory=dict)
+    vtime: float = 0.0
+    tokens: int = 0
+    size: int = 0
+    count: int = 0
+
+
+class FairQueue:
+    def __init__(self) -> None:
+        self._classes: dict[str, _Class] = {name: _Class() for name in PRIORITIES}
+
+    # --- size ---------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return sum(cls.count for cls in self._classes.values())
+
+    @property
+    def size(self) -> int:
+        """Bytes of body the waiters hold."""
+        return sum(cls.size for cls in self._classes.values())
+
+    def depth_by_priority(self) -> dict[str, int]:
+        return {name: cls.count for name, cls in self._classes.items()}
+
+    def tokens_up_to(self, priority: str) -> int:
+        """Tokens waiting at ``priority`` or above."""
+        ahead = 0
+        for name in PRIORITIES:
+            ahead += self._classes[name].tokens
+            if name == priority:
+                break
+        return ahead
+
+    @property
+    def tokens(self) -> int:
+        return sum(cls.tokens for cls in self._classes.values())
+
+    # --- changes --------------------------------------------------------------
+
+    def add(self, waiter: Waiter, *, front: bool = False) -> None:
+        cls = self._classes[waiter.priority]
+        queue = cls.queues.get(waiter.tenant)
+        if not queue:
+            # A tenant that starts waiting again starts at the class's
+            # virtual time: idle time is not saved up as credit.
+            cls.served[waiter.tenant] = max(cls.served.get(waiter.tenant, 0.0), cls.vtime)
+            queue = cls.queues[waiter.tenant] = deque()
+        if front:
+            queue.appendleft(waiter)
+        else:
+            queue.append(waiter)
+        self._count(cls, waiter, 1)
+
+    def remove(self, waiter: Waiter) -> bool:
+        """Take a waiter out; False if it was not queued."""
+        cls = self._classes[waiter.priority]
+        queue = cls.queues.get(waiter.tenant)
+        if not queue or waiter not in queue:
+            return False
+        queue.remove(waiter)
+        if not queue:
+            del cls.queues[waiter.tenant]
+        self._count(cls, waiter, -1)
+        return True
+
+    def admit(self, waiter: Waiter) -> None:
+        """Take the head ``waiter`` out as admitted, and charge its tenant."""
+        cls = self._classes[waiter.priority]
+        queue = cls.queues[waiter.tenant]
+        assert queue[0] is waiter
+        queue.popleft()
+        if not queue:
+            del cls.queues[waiter.tenant]
+        self._count(cls, waiter, -1)
+        cls.vtime = max(cls.vtime, cls.served[waiter.tenant])
+        cls.served[waiter.tenant] += waiter.tokens
+        # Tenants with nothing queued and no lead over the clock are
+        # forgotten: they would start at the clock anyway.
+        for tenant in [t for t, s in cls.served.items() if t not in cls.queues and s <= cls.vtime]:
+            del cls.served[tenant]
+
+    def drain(self) -> list[Waiter]:
+        """Empty the queue (shutdown); returns who was in it."""
+        everyone = list(self)
+        for waiter in everyone:
+            self.remove(waiter)
+        return everyone
+
+    # --- order --------------------------------------------------------------
+
+    def head(self, skip: set[str] | frozenset[str] = frozenset()) -> Waiter | None:
+        """The next waiter in order, passing over tenants whose first waiter
+        asks for a model in ``skip`` (one that cannot be placed now)."""
+        for name in PRIORITIES:
+            cls = self._classes[name]
+            candidates = [t for t, q in cls.queues.items() if q[0].model not in skip]
+            if candidates:
+                tenant = min(candidates, key=lambda t: (cls.served[t], cls.queues[t][0].arrival))
+                return cls.queues[tenant][0]
+        return None
+
+    def __iter__(self) -> Iterator[Waiter]:
+        for cls in self._classes.values():
+            for queue in cls.queues.values():
+                yield from queue
+
+    @staticmethod
+    def _count(cls: _Class, waiter: Waiter, sign: int) -> None:
+        cls.count += sign
+        cls.tokens += sign * waiter.tokens
+        cls.size += sign * waiter.size

@@ -1,0 +1,155 @@
+"""The engines the gateway sends to: one monitor each, discovery, ejection.
+
+Each engine has its monitor (health, models, metrics). An engine that fails
+its health check, or refuses a request's connection, is ejected — admission
+places nothing on it — and readmitted once a check passes again. With a DNS
+name, the list is resolved again every few seconds: engines that appear are
+monitored, engines that disappear are forgotten (what they still run
+finishes). ``/v1/models`` is the union of what the engines that are up
+serve.
+"""
+
+import asyncio
+import logging
+from contextlib import suppress
+from typing import Any
+
+from app.engine.discovery import engine_urls, is_dns, resolve
+from app.engine.monitor import EngineMonitor, StateListener, StatsListener
+from app.metrics import GatewayMetrics
+from app.relay.upstream import EngineClient
+from app.settings import Settings
+
+log = logging.getLogger("gateway.engine")
+
+
+class EnginePool:
+    def __init__(self, settings: Settings, client: EngineClient, metrics: GatewayMetrics) -> None:
+        self._settings = settings
+        self._client = client
+        self._metrics = metrics
+        self._configured = engine_urls(settings.upstream_urls, settings.upstream_url)
+        self.monitors: dict[str, EngineMonitor] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._state_listeners: list[StateListener] = []
+        self._stats_listeners: list[StatsListener] = []
+        self._forget_listeners: list[Any] = []
+
+    # --- listeners (admission) ----------------------------------------------
+
+    def on_state(self, listener: StateListener) -> None:
+        self._state_listeners.append(listener)
+
+    def on_stats(self, listener: StatsListener) -> None:
+        self._stats_listeners.append(listener)
+
+    def on_forget(self, listener: Any) -> None:
+        self._forget_listeners.append(listener)
+
+    # --- running ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Find the engines and check each once (before the first request)."""
+        await self._discover()
+        await asyncio.gather(*(m.check() for m in self.monitors.values()))
+
+    async def run(self) -> None:
+        """Monitor every engine; re-resolve a DNS name periodically."""
+        try:
+            for url in list(self.monitors):
+                self._start_monitor(url)
+            while True:
+                await asyncio.sleep(self._settings.upstream_dns_interval)
+                if is_dns(self._configured):
+                    await self._discover()
+                    for url in self.monitors:
+                        if url not in self._tasks:
+                            self._start_monitor(url)
+        finally:
+            for task in self._tasks.values():
+                task.cancel()
+            for task in self._tasks.values():
+                with suppress(asyncio.CancelledError):
+                    await task
+
+    async def _discover(self) -> None:
+        urls = await resolve(self._configured[0]) if is_dns(self._configured) else self._configured
+        if is_dns(self._configured) and not urls and self.monitors:
+            return  # a failed lookup keeps the engines we know
+        for url in urls:
+            if url not in self.monitors:
+                log.info("engine %s added", url)
+                self.monitors[url] = EngineMonitor(
+                    url, self._client, self._settings, self._metrics, self._state, self._stats
+                )
+        for url in [u for u in self.monitors if u not in urls]:
+            log.warning("engine %s no longer discovered: forgotten", url)
+            del self.monitors[url]
+            task = self._tasks.pop(url, None)
+            if task is not None:
+                task.cancel()
+            for listener in self._forget_listeners:
+                listener(url)
+
+    def _start_monitor(self, url: str) -> None:
+        self._tasks[url] = asyncio.create_task(self.monitors[url].run(), name=f"engine {url}")
+
+    def _state(self, url: str, up: bool, models: frozenset[str]) -> None:
+        for listener in self._state_listeners:
+            listener(url, up, models)
+
+    def _stats(self, url: str, stats: Any) -> None:
+        for listener in self._stats_listeners:
+            try:
+                listener(url, stats)
+            except Exception:
+                log.exception("engine stats listener failed")
+
+    # --- what the pipeline asks -------------------------------------------------
+
+    @property
+    def up(self) -> bool:
+        """At least one engine answers."""
+        return any(m.up for m in self.monitors.values())
+
+    def up_engines(self) -> list[EngineMonitor]:
+        return [m for m in self.monitors.values() if m.up]
+
+    def mark_down(self, url: str) -> None:
+        monitor = self.monitors.get(url)
+        if monitor is not None:
+            monitor.mark_down()
+
+    def models(self) -> dict[str, int | None]:
+        """Model name to context length, over the engines that are up (the
+        longest where engines differ: the engine that serves it decides)."""
+        table: dict[str, int | None] = {}
+        for monitor in self.up_engines():
+            for name, length in monitor.models.items():
+                known = table.get(name)
+                table[name] = max(length, known) if length and known else (length or known)
+        return table
+
+    async def models_for(self, name: str) -> dict[str, int | None]:
+        """The model table, refreshed first if ``name`` is unknown and the
+        engines' lists are more than a few seconds old (a model may have
+        been added)."""
+        table = self.models()
+        if name not in table:
+            stale = [m for m in self.up_engines() if m.models_age > 5.0]
+            if stale:
+                await asyncio.gather(*(m.refresh_models() for m in stale))
+                table = self.models()
+        return table
+
+    def model_list(self) -> dict[str, Any]:
+        """``/v1/models``: the union of the engines' lists."""
+        entries: dict[str, dict[str, Any]] = {}
+        for monitor in self.up_engines():
+            for name, length in monitor.models.items():
+                entries.setdefault(name, {"id": name, "object": "model", "owned_by": "vllm"})
+                if length is not None:
+                    entries[name]["max_model_len"] = max(
+                        length, entries[name].get("max_model_len", 0)
+                    )
+        return {"object": "list", "data": list(entries.values())}

@@ -1,0 +1,66 @@
+"""Prefix affinity with bounded load.
+
+Requests that share a prompt prefix (a system prompt, a RAG document, the
+conversation so far) should meet on one engine, so that vLLM's prefix cache
+serves the shared part instead of computing it again. Each prefix key ranks
+the engines by rendezvous hashing (highest random weight): the ranking is
+the same on every gateway replica with no shared state, and when an engine
+joins or leaves, only the keys it wins or held move.
+
+Affinity alone concentrates load — a hot document sends everyone to one
+engine (the failure users of cache-aware routers report: a hit rate that
+collapses, or a "death spiral" on one replica). So an engine may only take a
+request while its requests in flight stay within ``factor`` times its fair
+share of the fleet's, ``factor × (total + 1) × weight / Σ weights``
+(consistent hashing with bounded loads) — or, at low load, within ``slack``
+requests of that share: a fair share below one request would otherwise send
+a prompt's second request away from the engine that holds its prefix while
+every engine is nearly idle. The first engine in the key's ranking that fits
+and is under its cap gets the request; the load is read from admission's own
+accounting at the moment of the decision, not from a sampled gauge seconds
+old, so requests decided together see each other.
+
+Affinity is a preference, never a wait: the router chooses only among
+engines where the request fits now; when none is under its cap (the fleet
+is nearly full), the least loaded that fits takes it.
+"""
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+from app.routing.base import Choice, EngineLoad
+from app.routing.least_loaded import LeastLoaded
+
+
+class PrefixAffinity:
+    def __init__(self, factor: float = 1.25, slack: int = 2) -> None:
+        if factor < 1.0:
+            raise ValueError("the load factor must be at least 1")
+        self.factor = factor
+        self.slack = slack
+        self._fallback = LeastLoaded()
+
+    def choose(self, affinity: int | None, engines: Sequence[EngineLoad]) -> Choice | None:
+        if affinity is None:
+            return self._fallback.choose(None, engines)
+        if not any(e.fits for e in engines):
+            return None
+        ranked = sorted(engines, key=lambda e: _weight(affinity, e.id), reverse=True)
+        preferred = ranked[0]
+        total = sum(e.in_flight for e in engines)
+        weights = sum(e.weight for e in engines) or 1.0
+        for engine in ranked:
+            fair = (total + 1) * engine.weight / weights
+            cap = max(math.ceil(self.factor * fair), math.ceil(fair) + self.slack)
+            if engine.fits and engine.in_flight + 1 <= cap:
+                overridden = engine is not preferred and preferred.fits
+                return Choice(engine.id, preferred.id, overridden)
+        fallback = self._fallback.choose(None, engines)
+        assert fallback is not None
+        return Choice(fallback.engine, preferred.id, preferred.fits)
+
+
+def _weight(key: int, engine: str) -> int:
+    digest = hashlib.blake2b(f"{key}:{engine}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")

@@ -1,0 +1,45 @@
+"""A request's prefix, as keys for routing (and for prefix-aware demand).
+
+vLLM's prefix cache hashes a prompt's tokens block by block, each block's
+hash chained to the one before, so two prompts share cached blocks exactly as
+far as their leading tokens agree. The gateway does not tokenize; it does
+the same over the prompt's text, in pieces of ``CHUNK_CHARS`` characters:
+``prefix_chain`` gives one chained hash per whole piece. The routing key is
+the hash after the first ``AFFINITY_CHUNKS`` pieces (or fewer, for a shorter
+prompt): requests that agree on their first couple of thousand characters —
+the system prompt and a RAG document, the conversation so far — share it.
+"""
+
+import hashlib
+
+from app.validation import CompletionJob
+
+CHUNK_CHARS = 256
+AFFINITY_CHUNKS = 8
+
+
+def prefix_chain(text: str, limit: int | None = None) -> tuple[int, ...]:
+    """Chained hashes of the text's whole pieces (at most ``limit``)."""
+    pieces = len(text) // CHUNK_CHARS
+    if limit is not None:
+        pieces = min(pieces, limit)
+    chain: list[int] = []
+    previous = b""
+    for i in range(pieces):
+        piece = text[i * CHUNK_CHARS : (i + 1) * CHUNK_CHARS].encode("utf-8", "surrogatepass")
+        previous = hashlib.blake2b(previous + piece, digest_size=8).digest()
+        chain.append(int.from_bytes(previous, "big"))
+    return tuple(chain)
+
+
+def affinity_of(job: CompletionJob) -> int | None:
+    """The routing key of a request's (first) prompt; None for prompts given
+    as token ids."""
+    text = job.prompts[0].text
+    if not text:
+        return None
+    chain = prefix_chain(text, AFFINITY_CHUNKS)
+    if chain:
+        return chain[-1]
+    short = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(short, "big")

@@ -1,0 +1,114 @@
+"""One engine's budget: charges, capacity, overcommit, its sequence cap."""
+
+import pytest
+
+from app.admission.budget import BudgetConfig, EngineBudget
+from app.admission.fairqueue import Waiter
+
+
+def budget(blocks: int | None = 10, block_size: int = 100, **config: float) -> EngineBudget:
+    b = EngineBudget("e", BudgetConfig(**config))  # type: ignore[arg-type]
+    if blocks is not None:
+        b.set_capacity(blocks, block_size)
+    b.up = True
+    return b
+
+
+def waiter(tokens: int = 100, sequences: int = 1, seq_tokens: tuple[int, ...] = ()) -> Waiter:
+    return Waiter("t", "normal", tokens, arrival=0, sequences=sequences, seq_tokens=seq_tokens)
+
+
+def test_demand_is_counted_in_whole_blocks_per_sequence() -> None:
+    assert waiter(300).blocks(128) == 3
+    assert waiter(256).blocks(128) == 2
+    assert waiter(1).blocks(128) == 1
+    # A batch of two prompts (100 and 300 tokens) with n = 2.
+    assert waiter(800, 4, (100, 100, 300, 300)).blocks(128) == 1 + 1 + 3 + 3
+
+
+def test_requests_are_admitted_while_their_blocks_fit() -> None:
+    b = budget(blocks=10)
+    held = [b.reserve(waiter(300)) for _ in range(3)]
+    assert b.reserved_blocks == 9
+    assert not b.fits(waiter(300))
+    b.release(held[0])
+    assert b.fits(waiter(300))
+
+
+def test_an_oversized_request_runs_alone_rather_than_never() -> None:
+    assert budget(blocks=10).fits(waiter(5000))
+
+
+def test_no_request_is_charged_more_than_half_the_budget_or_the_cap() -> None:
+    b = budget(blocks=10, max_sequences=4)
+    assert b.charged(waiter(5000)) == (5, 1)
+    assert b.charged(waiter(800, 16)) == (5, 2)
+
+
+def test_others_holdings_count_against_the_budget() -> None:
+    b = budget(blocks=10)
+    b.reserve(waiter(100))
+    b.others_blocks, b.others_in_flight = 8, 3
+    assert not b.fits(waiter(200))
+    assert b.fits(waiter(100))
+
+
+def test_unknown_capacity_means_the_fallback_sequence_cap() -> None:
+    b = budget(blocks=None, unknown_capacity_sequences=2)
+    assert b.budget_blocks is None
+    b.reserve(waiter())
+    b.reserve(waiter())
+    assert not b.fits(waiter())
+
+
+def test_preemptions_shrink_the_budget_down_to_the_floor() -> None:
+    b = budget(blocks=100, initial_factor=2.0, backoff=0.7)
+    b.observe(0, 0.5, queued=True, ceiling=4.0)
+    b.observe(3, 0.99, queued=True, ceiling=4.0)
+    assert b.factor == pytest.approx(1.4)
+    b.observe(5, 0.99, queued=True, ceiling=4.0)
+    assert b.factor == pytest.approx(0.98)
+    for i in range(20):
+        b.observe(100 + i, 0.99, queued=True, ceiling=4.0)
+    assert b.factor == pytest.approx(0.9)
+
+
+def test_a_persistent_queue_with_headroom_opens_the_budget_up_to_the_ceiling() -> None:
+    b = budget(blocks=10, patience=2, step=0.1)
+    budgets = []
+    for _ in range(10):
+        b.observe(0, 0.4, queued=True, ceiling=1.3)
+        budgets.append(b.budget_blocks)
+    assert budgets[0] == 10
+    assert budgets[-1] == 13
+    assert b.factor == pytest.approx(1.3)
+
+
+def test_no_headroom_or_no_queue_means_no_growth() -> None:
+    b = budget()
+    for _ in range(10):
+        b.observe(0, 0.2, queued=False, ceiling=4.0)
+        b.observe(0, 0.95, queued=True, ceiling=4.0)
+    assert b.factor == 1.0
+
+
+def test_blind_to_the_engine_the_budget_holds_at_its_floor() -> None:
+    b = budget(initial_factor=2.0)
+    b.hold_at_floor()
+    assert b.factor == pytest.approx(0.9)
+
+
+def test_the_engines_sequence_cap_is_learned_from_its_own_queue() -> None:
+    """Requests wait in the engine while its KV cache has room: it runs all
+    it may, and what it runs is its cap from then on."""
+    b = budget(blocks=100, max_sequences=256, patience=2)
+    b.observe_queue(running=8, waiting=0, kv_usage=0.3)
+    b.observe_queue(running=8, waiting=3, kv_usage=0.3)
+    assert b.sequence_cap is None
+    b.observe_queue(running=8, waiting=3, kv_usage=0.3)
+    assert b.sequence_cap == 8
+    assert b.max_sequences == 8
+    # A full KV cache explains a waiting queue otherwise: nothing learned.
+    c = budget(patience=1)
+    c.observe_queue(running=5, waiting=9, kv_usage=0.99)
+    assert c.sequence_cap is None

@@ -1,0 +1,124 @@
+"""The routing policies on their own: pure, no engines."""
+
+import math
+import random
+
+from app.routing.base import EngineLoad
+from app.routing.least_loaded import LeastLoaded
+from app.routing.prefix import PrefixAffinity
+
+
+def engines(*loads: int, fits: bool = True) -> list[EngineLoad]:
+    return [
+        EngineLoad(id=f"e{i}", in_flight=n, weight=100.0, reserved=n / 10, fits=fits)
+        for i, n in enumerate(loads)
+    ]
+
+
+def test_least_loaded_takes_the_smallest_reserved_fraction_then_the_id() -> None:
+    router = LeastLoaded()
+    choice = router.choose(None, engines(3, 1, 2))
+    assert choice is not None
+    assert choice.engine == "e1"
+    tie = router.choose(None, engines(1, 1))
+    assert tie is not None
+    assert tie.engine == "e0"
+
+
+def test_nothing_fits_nothing_is_chosen() -> None:
+    assert LeastLoaded().choose(None, engines(0, 0, fits=False)) is None
+    assert PrefixAffinity().choose(7, engines(0, 0, fits=False)) is None
+
+
+def test_only_engines_where_the_request_fits_are_chosen() -> None:
+    fleet = engines(0, 5)
+    full = EngineLoad("e0", 0, 100.0, 0.0, fits=False)
+    for key in range(50):
+        choice = PrefixAffinity().choose(key, [full, fleet[1]])
+        assert choice is not None
+        assert choice.engine == "e1"
+
+
+def test_a_prefix_keeps_to_one_engine_and_keys_spread_over_all() -> None:
+    router = PrefixAffinity()
+    fleet = engines(2, 2, 2, 2)
+    picks = {}
+    for key in range(400):
+        first = router.choose(key, fleet)
+        again = router.choose(key, list(reversed(fleet)))
+        assert first is not None
+        assert again is not None
+        assert first.engine == again.engine == first.preferred
+        picks[key] = first.engine
+    counts = {e.id: list(picks.values()).count(e.id) for e in fleet}
+    assert min(counts.values()) > 60
+
+
+def test_an_ejected_engine_moves_only_its_own_keys() -> None:
+    router = PrefixAffinity()
+    fleet = engines(0, 0, 0)
+    before = {}
+    for key in range(300):
+        choice = router.choose(key, fleet)
+        assert choice is not None
+        before[key] = choice.engine
+    without = [e for e in fleet if e.id != "e1"]
+    for key in range(300):
+        choice = router.choose(key, without)
+        assert choice is not None
+        if before[key] != "e1":
+            assert choice.engine == before[key]
+
+
+def test_a_hot_prefix_is_capped_at_the_factor_times_the_mean() -> None:
+    """Everyone sends one document: its engine fills to its cap, then the
+    next in the ranking takes the rest; no engine ends above the cap."""
+    router = PrefixAffinity(factor=1.25, slack=0)
+    load = {f"e{i}": 0 for i in range(4)}
+    overrides = 0
+    for _ in range(200):
+        fleet = [EngineLoad(i, n, 100.0, n / 100, True) for i, n in load.items()]
+        choice = router.choose(42, fleet)
+        assert choice is not None
+        overrides += choice.overridden
+        load[choice.engine] += 1
+        total = sum(load.values())
+        assert max(load.values()) <= math.ceil(1.25 * total / 4)
+    assert overrides > 0
+
+
+def test_the_cap_follows_capacity_on_engines_of_different_sizes() -> None:
+    router = PrefixAffinity(factor=1.0, slack=0)
+    load = {"big": 0, "small": 0}
+    weight = {"big": 300.0, "small": 100.0}
+    rng = random.Random(1)
+    for _ in range(400):
+        fleet = [EngineLoad(i, n, weight[i], 0.0, True) for i, n in load.items()]
+        choice = router.choose(rng.randrange(3), fleet)
+        assert choice is not None
+        load[choice.engine] += 1
+    assert load["big"] >= 2.5 * load["small"]
+
+
+def test_no_engine_under_its_cap_falls_back_to_the_least_loaded() -> None:
+    # e0 is far over its share (cap ceil(31 / 2) = 16) and e1 has no room:
+    # the request still goes somewhere it fits.
+    crowded = [EngineLoad("e0", 30, 100.0, 0.9, True), EngineLoad("e1", 0, 100.0, 0.5, False)]
+    choice = PrefixAffinity(factor=1.0, slack=0).choose(3, crowded)
+    assert choice is not None
+    assert choice.engine == "e0"
+
+
+def test_at_low_load_a_prefix_stays_on_its_engine() -> None:
+    """Three requests on three idle engines: the fair share is one request
+    each, yet the slack keeps them together on the prefix's engine."""
+    router = PrefixAffinity(factor=1.25, slack=2)
+    load = {f"e{i}": 0 for i in range(3)}
+    chosen = set()
+    for _ in range(3):
+        fleet = [EngineLoad(i, n, 100.0, 0.0, True) for i, n in load.items()]
+        choice = router.choose(99, fleet)
+        assert choice is not None
+        chosen.add(choice.engine)
+        load[choice.engine] += 1
+    assert len(chosen) == 1
