@@ -103,6 +103,14 @@ class Settings(BaseSettings):
     keys_reload_interval: float = Field(2.0, gt=0)
     rate_limit_window: int = Field(60, ge=1)
 
+    # Several gateway replicas share reservations, fair-share clocks and key
+    # limits through Redis (app/state); unset = in this process only.
+    # Reservations are held under a lease of ``redis_lease_seconds``, renewed
+    # at a third of it: a replica that dies without a drain loses them then.
+    redis_url: str | None = None
+    redis_lease_seconds: float = Field(5.0, gt=0)
+    redis_timeout: float = Field(0.5, gt=0)
+
     # When set, /metrics is served only on this port (health on both).
     admin_port: int | None = Field(None, ge=0, le=65535)
 
