@@ -72,6 +72,17 @@ test-containers: $(VENV)/.ready
 	$(VENV)/bin/python -m tests.containers.images
 	$(VENV)/bin/python -m pytest --durations=0 tests/containers
 
+# The Kubernetes manifests (deploy/k8s/): print an overlay as kubectl would
+# apply it (OVERLAY: gpu or cpu), and regenerate the PrometheusRule from
+# deploy/prometheus/rules/ after changing the rules.
+OVERLAY ?= gpu
+.PHONY: k8s-render k8s-rules
+k8s-render:
+	kubectl kustomize --load-restrictor LoadRestrictionsNone deploy/k8s/overlays/$(OVERLAY)
+
+k8s-rules: $(VENV)/.ready
+	$(VENV)/bin/python deploy/k8s/prometheusrule.py
+
 # A locust load shape against the running stack (`make up`), with a report in
 # reports/. SHAPE: degradation, spike, ramp, soak; TARGET: gateway or direct.
 load: $(VENV)/.ready
