@@ -688,9 +688,12 @@ def test_keda_scales_the_engines_on_the_gateways_metrics(renders: dict[str, Rend
         selectors = re.findall(r"gateway_[a-z_]+(\{[^}]*\})?", query)
         assert all(s == f'{{namespace="{NAMESPACE}"}}' for s in selectors), selectors
     assert "gateway_queue_depth" in triggers["demand"]["metadata"]["query"]
-    assert "gateway_fleet_kv_tokens_reserved" in triggers["kv-pressure"]["metadata"]["query"]
+    kv = triggers["kv-pressure"]["metadata"]["query"]
+    assert {"gateway_fleet_kv_tokens_reserved", "gateway_kv_tokens_budget"} <= set(
+        re.findall(r"gateway_[a-z_]+", kv)
+    )
     # The thresholds the README explains: each engine kept under 80% of its
-    # KV cache, and under 75% of its sequence cap.
+    # KV budget, and under 75% of its sequence cap.
     assert float(triggers["kv-pressure"]["metadata"]["threshold"]) == 0.8
     demand = float(triggers["demand"]["metadata"]["threshold"])
     assert demand == 0.75 * engine_max_num_seqs(renders["gpu"])
