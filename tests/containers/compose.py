@@ -188,6 +188,31 @@ class ComposeProject:
         port = int(self.services[gateway]["environment"]["GATEWAY_PORT"])
         return self.published_port(gateway, port)
 
+    def admin_port(self, gateway: str) -> int | None:
+        """The gateway's admin port (/metrics), inside the network, if set."""
+        port = self.services[gateway]["environment"].get("GATEWAY_ADMIN_PORT")
+        return int(port) if port else None
+
+    def metrics_port(self, gateway: str) -> int:
+        """Where the gateway serves /metrics inside the network."""
+        admin = self.admin_port(gateway)
+        return (
+            admin
+            if admin is not None
+            else int(self.services[gateway]["environment"]["GATEWAY_PORT"])
+        )
+
+    def redis_services(self) -> list[str]:
+        """Services the gateways keep their shared state in (GATEWAY_REDIS_URL)."""
+        found = set()
+        for gateway in self.gateways():
+            url = self.services[gateway].get("environment", {}).get("GATEWAY_REDIS_URL")
+            if url:
+                host = urlsplit(str(url)).hostname
+                assert host in self.services, f"{gateway}: {url} is not a compose service"
+                found.add(host)
+        return sorted(found)
+
     def containers(self, service: str) -> list[str]:
         """Names of a service's containers (several once it is scaled)."""
         out = subprocess.run(

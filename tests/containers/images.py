@@ -80,7 +80,8 @@ def build_all() -> dict[str, float]:
     for name in project.runnable():
         service = project.services[name]
         build = service.get("build")
-        if not build:
+        # Replicas name the same build: one is enough.
+        if not build or service["image"] in seconds:
             continue
         context = Path(build["context"])
         dockerfile = context / build.get("dockerfile", "Dockerfile")

@@ -54,6 +54,13 @@ def exec_in(container: str, *argv: str, timeout: float = 60) -> str:
     return podman("exec", container, *argv, timeout=timeout)
 
 
+def addresses(container: str) -> set[str]:
+    """The container's IP addresses on its networks (as other containers and
+    DNS discovery see it)."""
+    networks = inspect(container)["NetworkSettings"].get("Networks") or {}
+    return {str(n["IPAddress"]) for n in networks.values() if n.get("IPAddress")}
+
+
 def project_containers(project: str, running_only: bool = True) -> list[str]:
     """Names of the containers docker-compose made for ``project``."""
     args = ["ps", "--filter", f"label=com.docker.compose.project={project}"]

@@ -71,30 +71,51 @@ def scrape_config(stack: ComposeProject, service: str) -> dict[str, Any]:
     return config
 
 
-def targets_once_up(port: int) -> list[dict[str, Any]]:
-    """Prometheus' active targets, once all are up (or the wait is over)."""
+def targets_once_up(port: int, wanted: list[set[str]]) -> list[dict[str, Any]]:
+    """Prometheus' active targets, once all are up and one address of each
+    wanted set is among them (DNS discovery refreshes every few seconds), or
+    once the wait is over."""
     deadline = time.monotonic() + TARGETS_UP_WITHIN
     while True:
         reply = httpx.get(f"http://127.0.0.1:{port}/api/v1/targets", timeout=10).json()
         active: list[dict[str, Any]] = reply["data"]["activeTargets"]
         up = bool(active) and all(target["health"] == "up" for target in active)
-        if up or time.monotonic() > deadline:
+        scraped = {target["labels"]["instance"] for target in active}
+        if (up and all(a & scraped for a in wanted)) or time.monotonic() > deadline:
             return active
         time.sleep(1)
 
 
+def scrape_addresses(stack: ComposeProject) -> dict[str, set[str]]:
+    """address:port Prometheus should scrape for each gateway (its metrics
+    port: the admin port when set) and each engine container."""
+    wanted: dict[str, set[str]] = {}
+    for gateway in stack.gateways():
+        port = stack.metrics_port(gateway)
+        for container in stack.containers(gateway):
+            wanted[container] = {f"{ip}:{port}" for ip in podman.addresses(container)}
+    for engine in stack.engines():
+        for container in stack.containers(engine.service):
+            wanted[container] = {f"{ip}:{engine.port}" for ip in podman.addresses(container)}
+    return wanted
+
+
 def test_prometheus_scrapes_every_target(stack: ComposeProject) -> None:
+    """Every gateway replica (on its admin port) and every engine, found by
+    Prometheus itself (DNS discovery), is scraped and up."""
     services = prometheus_services(stack)
     assert services, "no Prometheus in the compose configuration"
-    expected = set(stack.gateways()) | {engine.service for engine in stack.engines()}
+    wanted = scrape_addresses(stack)
+    assert len(wanted) >= 3, wanted
     for service in services:
         jobs = {job["job_name"] for job in scrape_config(stack, service)["scrape_configs"]}
-        active = targets_once_up(stack.published_port(service, 9090))
+        active = targets_once_up(stack.published_port(service, 9090), list(wanted.values()))
         down = [f"{t['scrapeUrl']}: {t['lastError']}" for t in active if t["health"] != "up"]
         assert not down, f"targets not up: {down}"
         assert {t["labels"]["job"] for t in active} == jobs
-        scraped = {t["labels"]["instance"].rsplit(":", 1)[0] for t in active}
-        assert expected <= scraped, f"not scraped: {expected - scraped}"
+        scraped = {t["labels"]["instance"] for t in active}
+        missing = {c: a for c, a in wanted.items() if not a & scraped}
+        assert not missing, f"not scraped: {missing} (scraped: {sorted(scraped)})"
 
 
 def rule_groups(stack: ComposeProject, service: str) -> set[str]:
