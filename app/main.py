@@ -39,7 +39,9 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
         services = build_services(settings, drain, transport)
         await services.engines.start()
-        tasks = [asyncio.create_task(services.engines.run(), name="engines")]
+        if services.shared is not None:
+            await services.shared.heartbeat()
+        tasks = [asyncio.create_task(run(), name=run.__qualname__) for run in services.background]
         if services.keys is not None:
             keys = services.keys
             tasks.append(asyncio.create_task(keys.run(), name="keys-watcher"))
@@ -60,6 +62,8 @@ def create_app(
                 with suppress(asyncio.CancelledError):
                     await task
             await services.engine.aclose()
+            if services.shared is not None:
+                await services.shared.aclose()
 
     app = FastAPI(
         title="vllm-gateway",

@@ -130,6 +130,19 @@ class GatewayMetrics:
             ["engine"],
             registry=r,
         )
+        self.fleet_kv_reserved = Gauge(
+            "gateway_fleet_kv_tokens_reserved",
+            "KV tokens every gateway replica holds on the engine, read from the shared state"
+            " (every replica reports the same value: aggregate with max).",
+            ["engine"],
+            registry=r,
+        )
+        self.shared_state_up = Gauge(
+            "gateway_shared_state_up",
+            "1 while the state shared with other replicas (Redis) answers; 0: this replica"
+            " runs on its share of the fleet.",
+            registry=r,
+        )
         self.engine_retries = Counter(
             "gateway_engine_retries",
             "Requests retried on another engine after this one failed them before any byte"

@@ -4,7 +4,9 @@ They live in the lifespan state (``request.state.services``), not in module
 globals, so every app (and every test) has its own.
 """
 
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -23,7 +25,11 @@ from app.routing.base import Router
 from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
 from app.settings import Settings
+from app.state.base import LimitStore
+from app.state.fleet import FleetState
 from app.state.local import LocalLimits
+from app.state.redis import SharedRedis
+from app.state.redis_limits import SharedLimits
 
 
 @dataclass
@@ -40,6 +46,10 @@ class Services:
     # Both None when no keys file is configured.
     keys: KeysWatcher | None
     quota: KeyQuota | None
+    # State shared with other replicas (None: this process alone).
+    shared: SharedRedis | None
+    # What runs beside the requests for the app's life.
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
 
 def build_services(
@@ -54,9 +64,20 @@ def build_services(
         if settings.routing == "prefix"
         else LeastLoaded()
     )
+    shared = fleet = None
+    if settings.redis_url is not None:
+        shared = SharedRedis(
+            settings.redis_url, settings.redis_lease_seconds, settings.redis_timeout
+        )
+        fleet = FleetState(shared)
+    background: list[Callable[[], Coroutine[Any, Any, None]]] = [engines.run]
     admission: Admission
     if settings.admission == "on":
-        admission = AdmissionController(settings, metrics, estimator, router)
+        controller = AdmissionController(settings, metrics, estimator, router, fleet)
+        if shared is not None and controller.shared is not None:
+            shared.on_heartbeat(controller.shared.beat)
+            background.append(controller.run)
+        admission = controller
     else:
         admission = Unlimited(router)
     engines.on_state(admission.on_engine_state)
@@ -69,7 +90,10 @@ def build_services(
         keys = KeysWatcher(
             settings.keys_file, settings.keys_reload_interval, metrics.keys_reload_failures.inc
         )
-        quota = KeyQuota(LocalLimits(), settings.rate_limit_window)
+        store: LimitStore = LocalLimits() if shared is None else SharedLimits(shared)
+        quota = KeyQuota(store, settings.rate_limit_window)
+    if shared is not None:
+        background.append(shared.run)
     return Services(
         settings=settings,
         metrics=metrics,
@@ -84,4 +108,6 @@ def build_services(
         estimator=estimator,
         keys=keys,
         quota=quota,
+        shared=shared,
+        background=background,
     )

@@ -60,6 +60,9 @@ class EngineBudget:
         self.others_in_flight = 0
         # The engine's own sequence cap (--max-num-seqs), once learned.
         self.sequence_cap: int | None = None
+        # This replica's share of the engine when it cannot see what the
+        # others hold (shared state down): 1 / replicas last seen alive.
+        self.share = 1.0
         self._last_preemptions: float | None = None
         self._calm_ticks = 0
         self._hold = 0
@@ -80,7 +83,7 @@ class EngineBudget:
     def budget_blocks(self) -> int | None:
         if self.num_blocks is None:
             return None
-        return math.floor(self.num_blocks * self.factor)
+        return math.floor(self.num_blocks * self.factor * self.share)
 
     @property
     def max_sequences(self) -> int:
@@ -89,7 +92,11 @@ class EngineBudget:
             cap = min(cap, self.sequence_cap)
         if self.budget_blocks is None:
             cap = min(cap, self.config.unknown_capacity_sequences)
-        return cap
+        return max(1, math.floor(cap * self.share))
+
+    def holding(self) -> tuple[int, int, int]:
+        """What this replica holds here: blocks, sequences, requests."""
+        return self.reserved_blocks, self.running_sequences, self.in_flight
 
     # --- reservations ---------------------------------------------------------
 

@@ -16,6 +16,7 @@ from app.admission.budget import BudgetConfig
 from app.admission.demand import refuse_if_it_can_never_fit
 from app.admission.estimate import PromptTokenEstimator
 from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
+from app.admission.shared import SharedBudgets
 from app.engine.monitor import engine_label
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.errors import Draining, OverCapacity
@@ -23,6 +24,11 @@ from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.routing.base import Router
 from app.settings import Settings
+from app.state.fleet import FleetState
+from app.state.redis import raise_if_cancelled
+
+# How often a replica with requests waiting re-reads the fleet's holdings.
+_LOOK_AGAIN = 0.1
 
 
 class AdmissionController:
@@ -32,6 +38,7 @@ class AdmissionController:
         metrics: GatewayMetrics,
         estimator: PromptTokenEstimator,
         router: Router,
+        fleet: FleetState | None = None,
     ) -> None:
         budget = BudgetConfig(
             max_sequences=settings.max_concurrency,
@@ -56,7 +63,15 @@ class AdmissionController:
         self._fixed_blocks = settings.kv_blocks
         self._fixed_block_size = settings.kv_block_size
         self._draining = False
+        self._shared = None if fleet is None else SharedBudgets(fleet, self.policy, metrics)
+        self._kick = asyncio.Event()
+        if self._shared is not None:
+            self._shared.on_view(self._kick.set)
         self._publish()
+
+    @property
+    def shared(self) -> "SharedBudgets | None":
+        return self._shared
 
     # --- the Admission protocol ---------------------------------------------
 
@@ -162,16 +177,58 @@ class AdmissionController:
     # --- internals --------------------------------------------------------------
 
     def _dispatch(self) -> None:
+        if self._shared is not None:
+            # Admissions wait for Redis: the dispatcher task makes them.
+            self._kick.set()
+            return
         admitted, expired = self.policy.pop_admissible(time.monotonic())
         for waiter, reservation in admitted:
-            future = waiter.handle
-            assert isinstance(future, asyncio.Future)
-            future.set_result(reservation)
+            self._wake(waiter, reservation)
+        self._expire(expired)
+        self._publish()
+
+    async def run(self) -> None:
+        """With shared state: admit in order, each admission held in Redis
+        first (``SharedBudgets``). A refused hold is decided again with the
+        fleet's fresh totals."""
+        shared = self._shared
+        assert shared is not None
+        while True:
+            raise_if_cancelled()
+            # While requests wait on what other replicas hold, look again
+            # often: their releases are not announced.
+            waiting = self.policy.queued > 0 and shared.up
+            try:
+                async with asyncio.timeout(_LOOK_AGAIN if waiting else None):
+                    await self._kick.wait()
+            except TimeoutError:
+                await shared.refresh()
+            self._kick.clear()
+            for _ in range(10_000):
+                decision, expired = self.policy.decide(time.monotonic())
+                self._expire(expired)
+                if decision is None:
+                    break
+                if not await shared.hold(decision):
+                    continue
+                if not self.policy.still_queued(decision.waiter):
+                    # The client left while Redis answered.
+                    budget = decision.budget
+                    shared.release(Reservation(budget.id, 0, *budget.charged(decision.waiter)))
+                    continue
+                self._wake(decision.waiter, self.policy.commit(decision))
+            self._publish()
+
+    def _wake(self, waiter: Waiter, reservation: Reservation) -> None:
+        future = waiter.handle
+        assert isinstance(future, asyncio.Future)
+        future.set_result(reservation)
+
+    def _expire(self, expired: list[Waiter]) -> None:
         for waiter in expired:
             future = waiter.handle
             assert isinstance(future, asyncio.Future)
             future.set_exception(self._queue_timeout_error(waiter))
-        self._publish()
 
     def _queue_timeout_error(self, waiter: Waiter) -> OverCapacity:
         return OverCapacity(
@@ -182,7 +239,8 @@ class AdmissionController:
         )
 
     def give_back(self, reservation: Reservation, used: tuple[int, int] | None = None) -> None:
-        self.policy.release(reservation, used)
+        if self.policy.release(reservation, used) and self._shared is not None:
+            self._shared.release(reservation)
         self._dispatch()
 
     def _draining_error(self) -> Draining:

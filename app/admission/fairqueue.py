@@ -141,6 +141,20 @@ class FairQueue:
             self.remove(waiter)
         return everyone
 
+    # --- shared clocks (several replicas) --------------------------------------
+
+    def queued_tenants(self) -> dict[str, list[str]]:
+        return {name: list(cls.queues) for name, cls in self._classes.items() if cls.queues}
+
+    def sync_clocks(self, priority: str, served: dict[str, float], vtime: float) -> None:
+        """Take the fleet's clocks where they are ahead of this replica's:
+        the tenants' tokens admitted by every replica decide the order."""
+        cls = self._classes[priority]
+        cls.vtime = max(cls.vtime, vtime)
+        for tenant, clock in served.items():
+            if tenant in cls.served:
+                cls.served[tenant] = max(cls.served[tenant], clock)
+
     # --- order --------------------------------------------------------------
 
     def head(self, skip: set[str] | frozenset[str] = frozenset()) -> Waiter | None:

@@ -103,7 +103,7 @@ from app.admission.rate import DrainRate
 from app.routing.base import Router
 from app.routing.least_loaded import LeastLoaded
 
-__all__ = ["AdmissionPolicy", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
+__all__ = ["AdmissionPolicy", "Decision", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +116,14 @@ class PolicyConfig:
     max_wait: float = 30.0
     max_retry_after: float = 60.0
     cold_turnover: float = 2.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``waiter`` goes to ``budget``'s engine next."""
+
+    waiter: Waiter
+    budget: EngineBudget
 
 
 class QueueFull(Exception):
@@ -193,6 +201,17 @@ class AdmissionPolicy:
         (second list)."""
         admitted: list[tuple[Waiter, Reservation]] = []
         expired: list[Waiter] = []
+        while True:
+            decision, late = self.decide(now)
+            expired += late
+            if decision is None:
+                return admitted, expired
+            admitted.append((decision.waiter, self.commit(decision)))
+
+    def decide(self, now: float) -> tuple["Decision | None", list[Waiter]]:
+        """The next admission the order allows, not made yet (``commit``
+        makes it), and the waiters whose deadline passed (taken out)."""
+        expired: list[Waiter] = []
         full_models: set[str] = set()
         while (waiter := self.queue.head(skip=full_models)) is not None:
             if waiter.deadline <= now:
@@ -200,16 +219,23 @@ class AdmissionPolicy:
                 expired.append(waiter)
                 continue
             budget = self._place(waiter)
-            if budget is None:
-                full_models.add(waiter.model)
-                continue
-            self.queue.admit(waiter)
-            if waiter.round < self._round:
-                self._drain.admitted(waiter.tokens)
-            admitted.append((waiter, budget.reserve(waiter)))
+            if budget is not None:
+                return Decision(waiter, budget), expired
+            full_models.add(waiter.model)
+        # The end of a dispatch round.
         self._drain.tick(now, backlog=self.queued > 0)
         self._round += 1
-        return admitted, expired
+        return None, expired
+
+    def commit(self, decision: "Decision") -> Reservation:
+        waiter = decision.waiter
+        self.queue.admit(waiter)
+        if waiter.round < self._round:
+            self._drain.admitted(waiter.tokens)
+        return decision.budget.reserve(waiter)
+
+    def still_queued(self, waiter: Waiter) -> bool:
+        return any(w is waiter for w in self.queue)
 
     def _place(self, waiter: Waiter) -> EngineBudget | None:
         eligible = [

@@ -1,0 +1,172 @@
+"""The keys' limits in Redis, shared by every gateway replica, and what
+happens when Redis does not answer.
+
+Requests per window use the ``limits`` library's moving window on Redis
+storage; tokens use the same settleable log as in process, as a server-side
+script (``scripts.RESERVE_TOKENS``); concurrent slots are counted per
+replica under the replica's lease, so a replica that dies gives its slots
+back when its lease runs out. With Redis down, each replica enforces its
+share of every limit (the limit divided by the replicas last seen alive) in
+process, so the fleet as a whole stays within it.
+"""
+
+import math
+import time
+
+from limits import RateLimitItemPerSecond
+from limits.aio.storage import RedisStorage
+from limits.aio.strategies import MovingWindowRateLimiter
+from redis.exceptions import RedisError
+
+from app.state import scripts
+from app.state.base import Verdict
+from app.state.local import LocalLimits
+from app.state.redis import SharedRedis
+
+
+class RedisLimits:
+    def __init__(self, shared: SharedRedis) -> None:
+        self._shared = shared
+        # On the gateway's own connection pool: one pool, closed with it.
+        storage = RedisStorage(
+            "async+" + shared.url,
+            implementation="redispy",
+            key_prefix=shared.key("requests"),
+            # The storage passes its options on to redis-py (typed loosely).
+            connection_pool=shared.client.connection_pool,  # type: ignore[arg-type]
+        )
+        self._requests = MovingWindowRateLimiter(storage)
+        client = shared.client
+        self._reserve = client.register_script(scripts.RESERVE_TOKENS)
+        self._settle = client.register_script(scripts.SETTLE_TOKENS)
+        self._acquire = client.register_script(scripts.ACQUIRE_SLOT)
+        # This replica's slots per key: the truth its heartbeat writes.
+        self._slots: dict[str, int] = {}
+        shared.on_heartbeat(self._beat)
+
+    async def hit_requests(self, key: str, limit: int, window: int) -> Verdict:
+        item = RateLimitItemPerSecond(limit, window)
+
+        async def hit(_: object) -> tuple[bool, float, int]:
+            allowed = await self._requests.hit(item, key)
+            stats = await self._requests.get_window_stats(item, key)
+            return allowed, stats.reset_time, stats.remaining
+
+        allowed, reset_time, remaining = await self._shared.call(hit)
+        reset = max(0.0, reset_time - time.time())
+        return Verdict(allowed, limit, remaining, reset, 0.0 if allowed else reset)
+
+    async def reserve_tokens(
+        self, key: str, charge: str, tokens: int, limit: int, window: int
+    ) -> Verdict:
+        keys = [self._shared.key("tokens", key), self._shared.key("charges", key)]
+        args: list[str | int] = [charge, tokens, limit, window * 1000]
+        allowed, total, wait_ms, reset_ms = await self._shared.call(
+            lambda _: self._reserve(keys=keys, args=args)
+        )
+        total = int(total) + (tokens if allowed else 0)
+        return Verdict(
+            bool(allowed), limit, max(0, limit - total), int(reset_ms) / 1000, int(wait_ms) / 1000
+        )
+
+    def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
+        keys = [self._shared.key("charges", key)]
+
+        async def write(_: object) -> None:
+            await self._settle(keys=keys, args=[charge, tokens])
+
+        self._shared.send(write)
+
+    async def acquire_slot(self, key: str, limit: int) -> bool:
+        shared = self._shared
+        # Counted here first: a heartbeat while Redis answers writes it too.
+        self._slots[key] = self._slots.get(key, 0) + 1
+        try:
+            keys = [shared.key("alive"), shared.key("slots", key)]
+            args: list[str | int] = [shared.replica, limit, shared.lease_ms]
+            taken = bool(await shared.call(lambda _: self._acquire(keys=keys, args=args)))
+        except RedisError:
+            self.release_slot(key)
+            raise
+        if not taken:
+            self._slots[key] -= 1
+        return taken
+
+    def release_slot(self, key: str) -> None:
+        held = self._slots.get(key, 0) - 1
+        if held > 0:
+            self._slots[key] = held
+        else:
+            self._slots.pop(key, None)
+        field, slots = self._shared.replica, self._shared.key("slots", key)
+
+        async def write(_: object) -> None:
+            await self._shared.client.hset(slots, field, str(max(0, held)))
+
+        self._shared.send(write)
+
+    async def _beat(self) -> None:
+        if not self._slots:
+            return
+        pipe = self._shared.client.pipeline(transaction=False)
+        for key, held in self._slots.items():
+            pipe.hset(self._shared.key("slots", key), self._shared.replica, str(held))
+        await pipe.execute()
+
+
+class SharedLimits:
+    """The limits in Redis while it answers; this replica's share of each
+    limit, in process, while it does not."""
+
+    def __init__(self, shared: SharedRedis) -> None:
+        self._shared = shared
+        self._redis = RedisLimits(shared)
+        self._local = LocalLimits()
+        # Slots taken in Redis per key; the rest were taken in process.
+        self._in_redis: dict[str, int] = {}
+
+    def _share(self, limit: int) -> int:
+        return max(1, math.floor(limit / self._shared.replicas))
+
+    async def hit_requests(self, key: str, limit: int, window: int) -> Verdict:
+        if self._shared.up:
+            try:
+                return await self._redis.hit_requests(key, limit, window)
+            except RedisError:
+                pass
+        return await self._local.hit_requests(key, self._share(limit), window)
+
+    async def reserve_tokens(
+        self, key: str, charge: str, tokens: int, limit: int, window: int
+    ) -> Verdict:
+        if self._shared.up:
+            try:
+                return await self._redis.reserve_tokens(key, charge, tokens, limit, window)
+            except RedisError:
+                pass
+        return await self._local.reserve_tokens(key, charge, tokens, self._share(limit), window)
+
+    def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
+        # A charge lives where it was made; settling the other store is a no-op.
+        self._redis.settle_tokens(key, charge, tokens)
+        self._local.settle_tokens(key, charge, tokens)
+
+    async def acquire_slot(self, key: str, limit: int) -> bool:
+        if self._shared.up:
+            try:
+                taken = await self._redis.acquire_slot(key, limit)
+            except RedisError:
+                pass
+            else:
+                if taken:
+                    self._in_redis[key] = self._in_redis.get(key, 0) + 1
+                return taken
+        return await self._local.acquire_slot(key, self._share(limit))
+
+    def release_slot(self, key: str) -> None:
+        in_redis = self._in_redis.get(key, 0)
+        if in_redis:
+            self._in_redis[key] = in_redis - 1
+            self._redis.release_slot(key)
+        else:
+            self._local.release_slot(key)

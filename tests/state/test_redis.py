@@ -1,0 +1,120 @@
+"""Shared state in a real redis-server: holds that never overbook an engine,
+leases that expire, settleable token limits, slots, and what happens when
+Redis stops answering."""
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from app.state.fleet import FleetState
+from app.state.redis import SharedRedis
+from app.state.redis_limits import RedisLimits, SharedLimits
+from tests.support.redis_server import RedisServer
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    redis = RedisServer(tmp_path)
+    redis.start()
+    yield redis
+    redis.stop()
+
+
+@pytest.fixture
+async def replicas(server: RedisServer) -> AsyncIterator[list[SharedRedis]]:
+    shared = [SharedRedis(server.url, lease=1.0, timeout=1.0) for _ in range(2)]
+    for one in shared:
+        await one.heartbeat()
+    yield shared
+    for one in shared:
+        await one.aclose()
+
+
+async def test_two_replicas_deciding_at_once_never_overbook_an_engine(
+    replicas: list[SharedRedis],
+) -> None:
+    fleets = [FleetState(one) for one in replicas]
+    # Each replica asks for 3 blocks at a time, 20 times, all at once, on an
+    # engine with a budget of 24 blocks: at most 8 holds can succeed.
+    answers = await asyncio.gather(
+        *(
+            fleet.hold("e", (3, 1, 1), (24, 100), ("normal", "t", 10))
+            for fleet in fleets
+            for _ in range(20)
+        )
+    )
+    assert sum(a.ok for a in answers) == 8
+    totals = await fleets[0].heartbeat({"e": (0, 0, 0)})
+    held_by_second = sum(a.ok for a in answers[20:])
+    assert totals["e"][0] == 3 * held_by_second
+
+
+async def test_a_replica_that_stops_renewing_its_lease_stops_counting(
+    replicas: list[SharedRedis],
+) -> None:
+    first, second = (FleetState(one) for one in replicas)
+    assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
+    assert not (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
+    # The first replica dies: nothing renews its lease (1 s).
+    await asyncio.sleep(1.5)
+    totals = await second.heartbeat({"e": (0, 0, 0)})
+    assert totals["e"] == (0, 0, 0)
+    assert (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
+
+
+async def test_the_fair_share_clock_is_the_fleets(replicas: list[SharedRedis]) -> None:
+    first, second = (FleetState(one) for one in replicas)
+    await first.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))
+    await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))
+    clocks = await first.clocks({"normal": ["heavy", "light"]})
+    served, vtime = clocks["normal"]
+    assert served == {"heavy": 1000.0}
+    assert vtime == 500.0
+
+
+async def test_token_limits_are_shared_and_settle(replicas: list[SharedRedis]) -> None:
+    first, second = (RedisLimits(one) for one in replicas)
+    assert (await first.reserve_tokens("k", "a", 600, 1000, 60)).allowed
+    refused = await second.reserve_tokens("k", "b", 500, 1000, 60)
+    assert not refused.allowed
+    assert refused.remaining == 400
+    assert 0 < refused.retry_after <= 60
+    first.settle_tokens("k", "a", 100)
+    writer = asyncio.create_task(replicas[0].run())
+    try:
+        for _ in range(100):
+            if (await second.reserve_tokens("k", "b", 500, 1000, 60)).allowed:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the settle never reached Redis")
+    finally:
+        writer.cancel()
+
+
+async def test_requests_per_window_and_slots_are_shared(replicas: list[SharedRedis]) -> None:
+    first, second = (RedisLimits(one) for one in replicas)
+    verdicts = [await lim.hit_requests("k", 3, 60) for lim in (first, second, first, second)]
+    assert [v.allowed for v in verdicts] == [True, True, True, False]
+    assert await first.acquire_slot("k", 1)
+    assert not await second.acquire_slot("k", 1)
+
+
+async def test_with_redis_down_each_replica_keeps_to_its_share(
+    server: RedisServer, replicas: list[SharedRedis]
+) -> None:
+    first = replicas[0]
+    FleetState(first)  # registers nothing; the replica count comes from the fleet
+    first.replicas = 2
+    limits = SharedLimits(first)
+    server.stop()
+    await first.heartbeat()
+    assert not first.up
+    # Half of 1000 for this replica, kept in process.
+    assert (await limits.reserve_tokens("k", "a", 500, 1000, 60)).allowed
+    assert not (await limits.reserve_tokens("k", "b", 1, 1000, 60)).allowed
+    server.start()
+    await first.heartbeat()
+    assert first.up

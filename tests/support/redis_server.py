@@ -1,0 +1,48 @@
+"""A real ``redis-server`` for the tests, on a free port, no persistence."""
+
+import shutil
+import time
+from pathlib import Path
+
+import redis
+
+from deploy.local import ManagedProcess, free_port
+
+
+class RedisServer:
+    def __init__(self, log_dir: Path) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is missing: install Debian's redis-server (.ci/run does)"
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._argv = [
+            binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ]
+        self._log_dir = log_dir
+        self.process: ManagedProcess | None = None
+
+    def start(self) -> None:
+        self.process = ManagedProcess(f"redis-{self.port}", self._argv, {}, self._log_dir)
+        client = redis.Redis.from_url(self.url, socket_timeout=1)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
