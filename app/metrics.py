@@ -143,6 +143,19 @@ class GatewayMetrics:
             " runs on its share of the fleet.",
             registry=r,
         )
+        self.affinity_hits = Counter(
+            "gateway_routing_affinity_hits",
+            "Requests routed to the engine their prompt prefix prefers (prefix routing).",
+            ["engine"],
+            registry=r,
+        )
+        self.load_cap_overrides = Counter(
+            "gateway_routing_load_cap_overrides",
+            "Requests sent away from the engine their prefix prefers (the label) because it"
+            " was loaded past the cap.",
+            ["engine"],
+            registry=r,
+        )
         self.engine_retries = Counter(
             "gateway_engine_retries",
             "Requests retried on another engine after this one failed them before any byte"

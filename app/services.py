@@ -60,7 +60,7 @@ def build_services(
     engines = EnginePool(settings, engine, metrics)
     estimator = PromptTokenEstimator()
     router: Router = (
-        PrefixAffinity(settings.routing_load_factor)
+        PrefixAffinity(settings.routing_load_factor, settings.routing_load_slack)
         if settings.routing == "prefix"
         else LeastLoaded()
     )

@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     # times its share of the fleet's requests).
     routing: Literal["least_loaded", "prefix"] = "least_loaded"
     routing_load_factor: float = Field(1.25, ge=1.0)
+    # At low load, an engine may exceed its fair share by this many requests.
+    routing_load_slack: int = Field(2, ge=0)
+    # Count a prompt prefix that requests admitted to one engine share once
+    # (the engine's prefix cache stores it once).
+    prefix_aware_demand: bool = True
 
     # Upstream HTTP client. The read timeout is an *idle* timeout: the longest
     # gap allowed between two chunks of a stream (or before response headers).

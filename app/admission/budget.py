@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from app.admission.fairqueue import Waiter
-from app.routing.base import EngineLoad
+from app.routing.base import Choice, EngineLoad
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,8 @@ class BudgetConfig:
     max_sequences: int = 256
     # Most of the budget (and of the sequence cap) one request is charged.
     max_request_share: float = 0.5
+    # Count a prompt prefix that requests admitted here share once.
+    prefix_aware: bool = True
     # Sequences admitted at once while the KV capacity is unknown.
     unknown_capacity_sequences: int = 8
     min_factor: float = 0.9
@@ -39,6 +41,10 @@ class Reservation:
     blocks: int
     sequences: int = 1
     released: bool = False
+    # The prompt prefix it holds on the engine (counted once there).
+    prefix: tuple[int, ...] = ()
+    # How the router placed it (metrics).
+    choice: Choice | None = None
 
 
 class EngineBudget:
@@ -63,6 +69,9 @@ class EngineBudget:
         # This replica's share of the engine when it cannot see what the
         # others hold (shared state down): 1 / replicas last seen alive.
         self.share = 1.0
+        # Prompt-prefix pieces held by requests admitted here, with how
+        # many hold each (the engine's prefix cache stores each once).
+        self.prefixes: dict[int, int] = {}
         self._last_preemptions: float | None = None
         self._calm_ticks = 0
         self._hold = 0
@@ -105,11 +114,26 @@ class EngineBudget:
         at ``max_request_share`` of the budget and of the sequence cap."""
         share = self.config.max_request_share
         sequences = min(waiter.sequences, max(1, math.floor(share * self.max_sequences)))
-        blocks = waiter.blocks(self.block_size or 1)
+        block_size = self.block_size or 1
+        blocks = max(1, waiter.blocks(block_size) - self.shared_blocks(waiter, block_size))
         budget = self.budget_blocks
         if budget is not None:
             blocks = min(blocks, max(1, math.floor(share * budget)))
         return blocks, sequences
+
+    def shared_blocks(self, waiter: Waiter, block_size: int) -> int:
+        """Whole KV blocks of ``waiter``'s prompt that requests admitted here
+        already hold: the longest run of its leading prefix pieces present,
+        in tokens (estimated from the text), in whole blocks (vLLM shares
+        only full blocks)."""
+        if not self.config.prefix_aware or not waiter.prefix:
+            return 0
+        shared_tokens = 0
+        for piece, tokens in waiter.prefix:
+            if piece not in self.prefixes:
+                break
+            shared_tokens = tokens
+        return shared_tokens // block_size
 
     def fits(self, waiter: Waiter) -> bool:
         if self.in_flight + self.others_in_flight == 0:
@@ -125,12 +149,21 @@ class EngineBudget:
         self.in_flight += 1
         self.running_sequences += sequences
         self.reserved_blocks += blocks
-        return Reservation(self.id, waiter.tokens, blocks, sequences)
+        pieces = tuple(piece for piece, _ in waiter.prefix) if self.config.prefix_aware else ()
+        for piece in pieces:
+            self.prefixes[piece] = self.prefixes.get(piece, 0) + 1
+        return Reservation(self.id, waiter.tokens, blocks, sequences, prefix=pieces)
 
     def release(self, reservation: Reservation) -> None:
         self.in_flight -= 1
         self.running_sequences -= reservation.sequences
         self.reserved_blocks -= reservation.blocks
+        for piece in reservation.prefix:
+            held = self.prefixes.get(piece, 0) - 1
+            if held > 0:
+                self.prefixes[piece] = held
+            else:
+                self.prefixes.pop(piece, None)
 
     def load(self, waiter: Waiter) -> EngineLoad:
         """What the router sees of this engine, for ``waiter``."""

@@ -23,12 +23,17 @@ from app.errors import Draining, OverCapacity
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.routing.base import Router
+from app.routing.prefix_key import CHUNK_CHARS, prefix_chain
 from app.settings import Settings
 from app.state.fleet import FleetState
 from app.state.redis import raise_if_cancelled
+from app.validation import CompletionJob
 
 # How often a replica with requests waiting re-reads the fleet's holdings.
 _LOOK_AGAIN = 0.1
+# How much of a prompt's prefix is tracked for prefix-aware demand (pieces of
+# CHUNK_CHARS characters: 64 × 256 = 16k characters, a few thousand tokens).
+PREFIX_PIECES = 64
 
 
 class AdmissionController:
@@ -43,6 +48,7 @@ class AdmissionController:
         budget = BudgetConfig(
             max_sequences=settings.max_concurrency,
             max_request_share=settings.max_request_share,
+            prefix_aware=settings.prefix_aware_demand,
             unknown_capacity_sequences=settings.fallback_max_sequences,
             initial_factor=settings.overcommit_initial,
             max_factor=settings.overcommit_max,
@@ -104,6 +110,7 @@ class AdmissionController:
             model=job.model,
             excluded=frozenset(excluded),
             affinity=request.affinity,
+            prefix=self._prefix(job),
             size=len(job.upstream_body),
         )
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
@@ -121,8 +128,28 @@ class AdmissionController:
             await self._wait(waiter, future)
         reservation = future.result()
         self._metrics.queue_wait.observe(time.monotonic() - waiter.arrival)
-        self._metrics.engine_routed.labels(engine_label(reservation.engine)).inc()
+        self._count_route(reservation)
         return Ticket(self, reservation, request)
+
+    def _prefix(self, job: CompletionJob) -> tuple[tuple[int, int], ...]:
+        """The first prompt's prefix pieces, with the tokens (estimated) up
+        to the end of each."""
+        text = job.prompts[0].text
+        chain = prefix_chain(text, PREFIX_PIECES)
+        return tuple(
+            (piece, self.estimator.estimate(job.route, (i + 1) * CHUNK_CHARS))
+            for i, piece in enumerate(chain)
+        )
+
+    def _count_route(self, reservation: Reservation) -> None:
+        m, choice = self._metrics, reservation.choice
+        m.engine_routed.labels(engine_label(reservation.engine)).inc()
+        if choice is None or choice.preferred is None:
+            return
+        if choice.engine == choice.preferred:
+            m.affinity_hits.labels(engine_label(choice.engine)).inc()
+        elif choice.overridden:
+            m.load_cap_overrides.labels(engine_label(choice.preferred)).inc()
 
     async def _wait(self, waiter: Waiter, future: "asyncio.Future[Reservation]") -> None:
         try:

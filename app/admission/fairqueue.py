@@ -34,6 +34,9 @@ class Waiter:
     model: str = ""
     excluded: frozenset[str] = frozenset()
     affinity: int | None = None
+    # Its prompt's prefix pieces (chained hashes) with the tokens up to the
+    # end of each, estimated: what an engine may already hold of it.
+    prefix: tuple[tuple[int, int], ...] = ()
     # The size of its body, which it holds while it waits.
     size: int = 0
     # The dispatch round it was queued in: only requests that waited past

@@ -100,7 +100,7 @@ from dataclasses import dataclass, field
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.rate import DrainRate
-from app.routing.base import Router
+from app.routing.base import Choice, Router
 from app.routing.least_loaded import LeastLoaded
 
 __all__ = ["AdmissionPolicy", "Decision", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
@@ -120,10 +120,11 @@ class PolicyConfig:
 
 @dataclass(frozen=True)
 class Decision:
-    """``waiter`` goes to ``budget``'s engine next."""
+    """``waiter`` goes to ``budget``'s engine next (``choice``: why)."""
 
     waiter: Waiter
     budget: EngineBudget
+    choice: Choice
 
 
 class QueueFull(Exception):
@@ -206,7 +207,9 @@ class AdmissionPolicy:
             expired += late
             if decision is None:
                 return admitted, expired
-            admitted.append((decision.waiter, self.commit(decision)))
+            reservation = self.commit(decision)
+            reservation.choice = decision.choice
+            admitted.append((decision.waiter, reservation))
 
     def decide(self, now: float) -> tuple["Decision | None", list[Waiter]]:
         """The next admission the order allows, not made yet (``commit``
@@ -218,9 +221,10 @@ class AdmissionPolicy:
                 self.queue.remove(waiter)
                 expired.append(waiter)
                 continue
-            budget = self._place(waiter)
-            if budget is not None:
-                return Decision(waiter, budget), expired
+            placed = self._place(waiter)
+            if placed is not None:
+                budget, choice = placed
+                return Decision(waiter, budget, choice), expired
             full_models.add(waiter.model)
         # The end of a dispatch round.
         self._drain.tick(now, backlog=self.queued > 0)
@@ -232,12 +236,14 @@ class AdmissionPolicy:
         self.queue.admit(waiter)
         if waiter.round < self._round:
             self._drain.admitted(waiter.tokens)
-        return decision.budget.reserve(waiter)
+        reservation = decision.budget.reserve(waiter)
+        reservation.choice = decision.choice
+        return reservation
 
     def still_queued(self, waiter: Waiter) -> bool:
         return any(w is waiter for w in self.queue)
 
-    def _place(self, waiter: Waiter) -> EngineBudget | None:
+    def _place(self, waiter: Waiter) -> tuple[EngineBudget, Choice] | None:
         eligible = [
             b
             for b in self.engines.values()
@@ -248,7 +254,7 @@ class AdmissionPolicy:
         if not eligible:
             return None
         choice = self.router.choose(waiter.affinity, [b.load(waiter) for b in eligible])
-        return None if choice is None else self.engines[choice.engine]
+        return None if choice is None else (self.engines[choice.engine], choice)
 
     # --- reservations ---------------------------------------------------------
 

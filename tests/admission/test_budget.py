@@ -112,3 +112,31 @@ def test_the_engines_sequence_cap_is_learned_from_its_own_queue() -> None:
     c = budget(patience=1)
     c.observe_queue(running=5, waiting=9, kv_usage=0.99)
     assert c.sequence_cap is None
+
+
+def test_a_prefix_requests_share_on_one_engine_is_counted_once() -> None:
+    """A 1,000-token document in front of each question: the second request
+    on the same engine is charged only what it does not share."""
+    b = budget(blocks=100, block_size=100)
+    document = tuple((piece, 250 * (i + 1)) for i, piece in enumerate((11, 12, 13, 14)))
+    first = waiter(1100, seq_tokens=(1100,))
+    first.prefix = document
+    second = waiter(1100, seq_tokens=(1100,))
+    second.prefix = document
+    held = b.reserve(first)
+    assert held.blocks == 11
+    assert b.charged(second) == (11 - 10, 1)
+    other = waiter(1100, seq_tokens=(1100,))
+    other.prefix = ((99, 250),)
+    assert b.charged(other) == (11, 1)
+    b.release(held)
+    assert b.prefixes == {}
+    assert b.charged(second) == (11, 1)
+
+
+def test_prefix_awareness_can_be_turned_off() -> None:
+    b = budget(blocks=100, block_size=100, prefix_aware=False)
+    first = waiter(1100, seq_tokens=(1100,))
+    first.prefix = ((1, 1000),)
+    b.reserve(first)
+    assert b.charged(first) == (11, 1)
