@@ -1,14 +1,19 @@
 """``make up``: the local stack in the foreground.
 
-The engine (vLLM on the CPU with the tiny model), the gateway once the engine
-answers, and Prometheus when its binary is installed. honcho runs them, each
-in its own process group; Ctrl-C or SIGTERM stops all of them, and anything
-still running a few seconds later is killed with its whole group (vLLM's
-engine core included).
+The engines (vLLM on the CPU with the tiny model), the gateways once an engine
+answers, Redis when there are several gateways, and Prometheus when its
+binary is installed. honcho runs them, each in its own process group; Ctrl-C
+or SIGTERM stops all of them, and anything still running a few seconds later
+is killed with its whole group (vLLM's engine core included).
 
-Ports come from ENGINE_PORT (8001), GATEWAY_PORT (8000) and PROMETHEUS_PORT
-(9090); engine size from ENGINE_KV_BLOCKS, ENGINE_MAX_NUM_SEQS and
-ENGINE_MODEL_NAME.
+``ENGINE_REPLICAS`` engines listen on ``ENGINE_PORT`` + 10·i (8001, 8011, …),
+``GATEWAY_REPLICAS`` gateways on ``GATEWAY_PORT`` + 10·i (8000, 8010, …), each
+with its admin listener (``/metrics``) on ``ADMIN_PORT`` + i (9100 + i) when
+there are several;
+Redis on ``REDIS_PORT`` (6379). Prometheus on ``PROMETHEUS_PORT`` (9090).
+Engine size from ENGINE_KV_BLOCKS, ENGINE_MAX_NUM_SEQS and ENGINE_MODEL_NAME.
+On a small machine every engine shares the engine cores (``ENGINE_CPUS``):
+the last core stays for the gateways and their clients.
 """
 
 import os
@@ -17,47 +22,85 @@ import shutil
 import sys
 from pathlib import Path
 
+import yaml
 from honcho.manager import Manager
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS_TEMPLATE = ROOT / "deploy" / "prometheus" / "prometheus.local.yml"
+ADMIN_PORT = 9100
 
 
-def prometheus_config(engine_port: str, gateway_port: str, rules_dir: Path) -> str:
-    """The local scrape config with this run's ports filled in."""
-    text = PROMETHEUS_TEMPLATE.read_text()
-    text = text.replace("127.0.0.1:8001", f"127.0.0.1:{engine_port}")
-    text = text.replace("127.0.0.1:8000", f"127.0.0.1:{gateway_port}")
-    return text.replace("rules/", f"{rules_dir}/")
+def prometheus_config(engines: list[str], gateways: list[str], rules_dir: Path) -> str:
+    """The local scrape config with this run's targets filled in."""
+    config = yaml.safe_load(PROMETHEUS_TEMPLATE.read_text())
+    targets = {"gateway": gateways, "vllm": engines}
+    for job in config["scrape_configs"]:
+        job["static_configs"] = [{"targets": targets[job["job_name"]]}]
+    config["rule_files"] = [f"{rules_dir}/*.yml"]
+    dumped: str = yaml.safe_dump(config, sort_keys=False)
+    return dumped
 
 
 def main() -> int:
     env = dict(os.environ)
-    engine_port = env.setdefault("ENGINE_PORT", "8001")
-    gateway_port = env.setdefault("GATEWAY_PORT", "8000")
+    engine_port = int(env.setdefault("ENGINE_PORT", "8001"))
+    gateway_port = int(env.setdefault("GATEWAY_PORT", "8000"))
     prometheus_port = env.get("PROMETHEUS_PORT", "9090")
-    env.setdefault("GATEWAY_UPSTREAM_URL", f"http://127.0.0.1:{engine_port}")
+    redis_port = env.get("REDIS_PORT", "6379")
+    admin_port = int(env.get("ADMIN_PORT", str(ADMIN_PORT)))
+    engines = int(env.get("ENGINE_REPLICAS", "1"))
+    gateways = int(env.get("GATEWAY_REPLICAS", "1"))
+    engine_urls = [f"http://127.0.0.1:{engine_port + 10 * i}" for i in range(engines)]
     # honcho gives the gateway about 5 s after SIGTERM before it kills it.
     env.setdefault("GATEWAY_DRAIN_GRACE_SECONDS", "3")
     python = shlex.quote(sys.executable)
-
     manager = Manager()
-    manager.add_process("engine", "exec deploy/engine/run-cpu.sh", env=env, cwd=str(ROOT))
-    manager.add_process(
-        "gateway",
-        f"{python} deploy/wait_for_http.py http://127.0.0.1:{engine_port}/health --timeout 900"
-        f" && exec {python} -m app",
-        env=env,
-        cwd=str(ROOT),
-    )
+
+    for i in range(engines):
+        manager.add_process(
+            f"engine-{i}" if engines > 1 else "engine",
+            "exec deploy/engine/run-cpu.sh",
+            env={**env, "ENGINE_PORT": str(engine_port + 10 * i)},
+            cwd=str(ROOT),
+        )
+
+    gateway_env = {**env, "GATEWAY_UPSTREAM_URLS": ",".join(engine_urls)}
+    if gateways > 1:
+        redis = shutil.which("redis-server")
+        if redis is None:
+            print("GATEWAY_REPLICAS > 1 needs redis-server (apt-get install redis-server)")
+            return 2
+        gateway_env["GATEWAY_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+        manager.add_process(
+            "redis",
+            f"exec {shlex.quote(redis)} --port {redis_port} --bind 127.0.0.1 --save ''"
+            " --appendonly no",
+            env=env,
+            cwd=str(ROOT),
+        )
+    scrape = []
+    wait = f"{python} deploy/wait_for_http.py {engine_urls[0]}/health --timeout 900"
+    for i in range(gateways):
+        listen = gateway_port + 10 * i
+        settings = {"GATEWAY_PORT": str(listen)}
+        if gateways > 1:
+            settings["GATEWAY_ADMIN_PORT"] = str(admin_port + i)
+        scrape.append(f"127.0.0.1:{settings.get('GATEWAY_ADMIN_PORT', listen)}")
+        manager.add_process(
+            f"gateway-{i}" if gateways > 1 else "gateway",
+            f"{wait} && exec {python} -m app",
+            env={**gateway_env, **settings},
+            cwd=str(ROOT),
+        )
 
     prometheus = shutil.which("prometheus")
     if prometheus:
         data = ROOT / ".cache" / f"prometheus-{prometheus_port}"
         data.mkdir(parents=True, exist_ok=True)
         config = data / "prometheus.yml"
+        rules = ROOT / "deploy" / "prometheus" / "rules"
         config.write_text(
-            prometheus_config(engine_port, gateway_port, ROOT / "deploy" / "prometheus" / "rules")
+            prometheus_config([u.removeprefix("http://") for u in engine_urls], scrape, rules)
         )
         manager.add_process(
             "prometheus",
@@ -74,11 +117,10 @@ def main() -> int:
             flush=True,
         )
 
-    print(
-        f"engine  http://127.0.0.1:{engine_port}  (ready in about a minute)\n"
-        f"gateway http://127.0.0.1:{gateway_port}  (starts once the engine answers)",
-        flush=True,
-    )
+    for url in engine_urls:
+        print(f"engine  {url}  (ready in about a minute)", flush=True)
+    for i in range(gateways):
+        print(f"gateway http://127.0.0.1:{gateway_port + 10 * i}  (starts once an engine answers)")
     manager.loop()
     return manager.returncode or 0
 

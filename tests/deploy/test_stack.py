@@ -1,26 +1,38 @@
-"""``make up``'s runner: the whole local stack starts, serves, and stops clean."""
+"""``make up``'s runner: the whole local stack starts, serves, and stops clean
+(here with two gateway replicas sharing Redis, ``GATEWAY_REPLICAS=2``)."""
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import psutil
 
-from deploy.local import ManagedProcess, free_port
+from deploy.local import ManagedProcess, free_port, metric
 
 
 def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
-    ports = {name: free_port() for name in ("ENGINE_PORT", "GATEWAY_PORT", "PROMETHEUS_PORT")}
+    settings = ("ENGINE_PORT", "GATEWAY_PORT", "PROMETHEUS_PORT", "REDIS_PORT")
+    ports = {name: free_port() for name in settings}
+    admin = two_free_ports()
     env = {
         **{name: str(port) for name, port in ports.items()},
+        "ADMIN_PORT": str(admin),
         "ENGINE_KV_BLOCKS": "24",
+        "GATEWAY_REPLICAS": "2",
     }
     stack = ManagedProcess("stack", [sys.executable, "deploy/stack.py"], env, tmp_path)
     gateway = f"http://127.0.0.1:{ports['GATEWAY_PORT']}"
+    second = f"http://127.0.0.1:{ports['GATEWAY_PORT'] + 10}"
     try:
         stack.wait_http(f"{gateway}/health/ready", timeout=900)
+        stack.wait_http(f"{second}/health/ready", timeout=120)
+        # Metrics on the admin listeners only; the replicas share Redis.
+        assert httpx.get(f"{gateway}/metrics", timeout=10).status_code == 404
+        assert metric(f"http://127.0.0.1:{admin + 1}", "gateway_shared_state_up") == 1
 
         body = {
             "model": "tiny",
@@ -50,7 +62,8 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         tree = psutil.Process(stack.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in tree)
         assert "vllm.entrypoints.openai.api_server" in names
-        assert "-m app" in names
+        assert names.count("-m app") == 2
+        assert "redis-server" in names
         assert any(p.name().startswith("VLLM::EngineCor") for p in tree), "no engine core seen"
 
         stack.signal(signal.SIGTERM)
@@ -59,3 +72,16 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         assert alive == [], f"survivors: {[(p.pid, p.name()) for p in alive]}"
     finally:
         stack.stop()
+
+
+def two_free_ports() -> int:
+    """A port with the next one free too (the gateways' admin ports)."""
+    for _ in range(100):
+        first = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", first + 1))
+            except OSError:
+                continue
+        return first
+    raise RuntimeError("no two consecutive free ports")
