@@ -5,7 +5,10 @@
 Three dashboards share one datasource variable and one model variable:
 
 - **vLLM gateway**: what the gateway does — outcomes, queue, refusals,
-  cancellations, latency as the client sees it, the KV budget;
+  cancellations, latency as the client sees it, the KV budget; the fleet
+  (each engine's health, routing, reservations; prefix affinity; the state
+  replicas share through Redis); and each keyed tenant's tokens and refusals
+  (a tenant variable over the tenants of the keys file);
 - **vLLM engine**: what vLLM does — running and waiting, KV cache, preemptions,
   tokens, its own latencies, finish reasons;
 - **Degradation**: the two-stage story on one screen — offered load against
@@ -28,7 +31,17 @@ from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefre
 HERE = Path(__file__).resolve().parent
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 MODEL = 'model_name=~"$model"'
+TENANT = 'tenant=~"$tenant"'
 RATE = "$__rate_interval"
+
+REJECTION_REASONS = (
+    "Refused before the engine saw them. The client's input: `invalid`, `too_large`,"
+    " `body_timeout` (body not received in time), `engine_invalid` (the engine's own 4xx),"
+    " `slow_reader` (a stream's client stopped reading). Its key: `unauthorized` (missing or"
+    " unknown key), `forbidden` (a priority the key may not use), `rate_limited` (the key's"
+    " limits). Capacity: `queue_full`, `queue_timeout`, `unavailable` (no engine up),"
+    " `overloaded` (too many requests being received), `draining`."
+)
 
 Query = tuple[str, str]  # (PromQL, legend)
 
@@ -94,13 +107,28 @@ def _base(title: str, uid: str, description: str) -> dashboard.Dashboard:
     )
 
 
+def _tenant_variable() -> dashboard.QueryVariable:
+    """The tenants named in the keys file (no series exist for any other)."""
+    return (
+        dashboard.QueryVariable("tenant")
+        .label("Tenant")
+        .datasource(DATASOURCE)
+        .query("label_values(gateway_tenant_tokens_total, tenant)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+    )
+
+
 def gateway_dashboard() -> dashboard.Dashboard:
     return (
         _base(
             "vLLM gateway",
             "vllm-gateway",
-            "The gateway in front of vLLM: traffic, refusals, latency, KV budget.",
+            "The gateway in front of vLLM: traffic, refusals, latency, KV budget, the fleet of engines and replicas, tenants.",
         )
+        .with_variable(_tenant_variable())
         .with_row(dashboard.Row("Traffic"))
         .with_panel(
             graph(
@@ -112,12 +140,13 @@ def gateway_dashboard() -> dashboard.Dashboard:
         )
         .with_panel(
             graph(
-                "In flight and queued",
+                "Receiving, queued and in flight",
                 [
                     ("sum(gateway_requests_in_flight)", "in flight"),
                     ("sum by (priority) (gateway_queue_depth)", "queued {{priority}}"),
+                    ("sum(gateway_requests_receiving)", "receiving (body, before admission)"),
                 ],
-                description="A queue that never empties means the engine is at capacity.",
+                description="A queue that never empties means the engines are at capacity. Receiving: requests whose body is still being read or checked.",
             )
         )
         .with_panel(
@@ -125,7 +154,7 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 "Rejections by reason",
                 [(f"sum by (reason) (rate(gateway_rejections_total[{RATE}]))", "{{reason}}")],
                 "reqps",
-                "Refused before the engine saw them: bad input, queue full or timed out, engine down, draining.",
+                REJECTION_REASONS,
             )
         )
         .with_panel(
@@ -133,7 +162,7 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 "Cancellations by phase",
                 [(f"sum by (phase) (rate(gateway_cancellations_total[{RATE}]))", "{{phase}}")],
                 "reqps",
-                "Clients that left; the engine's work for them was stopped.",
+                "Clients that left — while their body arrived (`receiving`), `queued`, before the first token, mid-stream, or during a non-streaming call; the engine's work for them was stopped.",
             )
         )
         .with_row(dashboard.Row("Latency as clients see it"))
@@ -176,10 +205,13 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 "KV tokens: reserved, budget, capacity",
                 [
                     ("sum(gateway_kv_tokens_reserved)", "reserved"),
-                    ("sum(gateway_kv_tokens_budget)", "budget (capacity x overcommit)"),
-                    ("sum(gateway_kv_tokens_capacity)", "engine capacity"),
+                    (
+                        "sum(max by (engine) (gateway_kv_tokens_budget))",
+                        "budget (capacity x overcommit)",
+                    ),
+                    ("sum(max by (engine) (gateway_kv_tokens_capacity))", "engine capacity"),
                 ],
-                description="Admission keeps reserved under the budget; the budget shrinks when the engine preempts.",
+                description="Over all engines. Reserved: what every replica holds, summed. Budget and capacity: each engine's once (every replica reports them; with Redis down a replica's budget is its share). Admission keeps reserved under the budget; the budget shrinks when an engine preempts.",
             )
         )
         .with_panel(
@@ -190,8 +222,147 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 "Prompt and completion tokens of completed and cancelled requests, per second.",
             )
         )
-        .with_panel(single("Engine reachable", ("min(gateway_upstream_up)", "up")))
+        .with_panel(
+            single(
+                "Engines up",
+                ("sum(max by (engine) (gateway_upstream_up))", "up"),
+                description="Engines in routing on at least one replica.",
+            )
+        )
         .with_panel(single("Draining", ("max(gateway_draining)", "draining")))
+        .with_panel(
+            single(
+                "Shared state up",
+                ("min(gateway_shared_state_up)", "up"),
+                description="1 while every replica reaches Redis; 0: some replica admits on its share.",
+            )
+        )
+        .with_panel(
+            single(
+                "Keys file reload failures",
+                ("sum(gateway_keys_reload_failures_total)", "failures"),
+                description="Since each replica started. A failed reload keeps the previous keys.",
+            )
+        )
+        .with_row(dashboard.Row("Fleet"))
+        .with_panel(
+            graph(
+                "Engine health",
+                [
+                    ("min by (engine) (gateway_upstream_up)", "up {{engine}}"),
+                    ("max by (engine) (gateway_engine_stats_missing)", "series missing {{engine}}"),
+                ],
+                description="Up: 1 in routing on every replica, 0 ejected by at least one (failed health checks or refused connections). Series missing: what admission reads that the engine's /metrics lacks (admission falls back to its conservative limits).",
+            )
+        )
+        .with_panel(
+            graph(
+                "Requests routed per engine",
+                [
+                    (
+                        f"sum by (engine) (rate(gateway_engine_requests_total[{RATE}]))",
+                        "{{engine}}",
+                    )
+                ],
+                "reqps",
+                "Admissions to each engine, over all replicas.",
+            )
+        )
+        .with_panel(
+            graph(
+                "In flight per engine",
+                [
+                    ("sum by (engine) (gateway_engine_requests_in_flight)", "{{engine}}"),
+                    ("max by (engine) (gateway_engine_sequence_cap)", "sequence cap {{engine}}"),
+                ],
+                description="Requests upstream on each engine, over all replicas; the cap is the most sequences admission runs there (the engine's --max-num-seqs once learned).",
+            )
+        )
+        .with_panel(
+            graph(
+                "KV reserved per engine, of its budget",
+                [
+                    (
+                        "sum by (engine) (gateway_kv_tokens_reserved) / max by (engine) (gateway_kv_tokens_budget)",
+                        "{{engine}}",
+                    ),
+                    (
+                        "max by (engine) (gateway_fleet_kv_tokens_reserved) / max by (engine) (gateway_kv_tokens_budget)",
+                        "{{engine}} (shared state)",
+                    ),
+                ],
+                "percentunit",
+                "What least-loaded routing compares. The first line sums what each replica holds; the second is the fleet's holding read from Redis (replicas sharing state only).",
+            )
+        )
+        .with_panel(
+            graph(
+                "Ejections and retries",
+                [
+                    (
+                        f"sum by (engine) (increase(gateway_engine_ejections_total[{RATE}]))",
+                        "ejected {{engine}}",
+                    ),
+                    (
+                        f"sum by (engine) (increase(gateway_engine_retries_total[{RATE}]))",
+                        "retried away from {{engine}}",
+                    ),
+                ],
+                description="Ejections: the engine taken out of routing. Retries: requests the engine failed before any byte reached the client, sent once to another engine.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Prefix affinity",
+                [
+                    (
+                        f"sum by (engine) (rate(gateway_routing_affinity_hits_total[{RATE}]))",
+                        "to its preferred engine {{engine}}",
+                    ),
+                    (
+                        f"sum by (engine) (rate(gateway_routing_load_cap_overrides_total[{RATE}]))",
+                        "passed over for load {{engine}}",
+                    ),
+                ],
+                "reqps",
+                "Prefix routing: requests sent to the engine their prompt prefix prefers, and requests sent elsewhere because that engine was loaded past the cap (labelled with the engine passed over). Whether the engine's cache then hits: vLLM engine → Prefix cache hit rate.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Shared state per replica",
+                [("max by (instance) (gateway_shared_state_up)", "{{instance}}")],
+                description="1: the replica decides with what every replica holds (Redis answers). 0: it admits on its share of each engine and of each key's limits.",
+                span=24,
+            )
+        )
+        .with_row(dashboard.Row("Tenants"))
+        .with_panel(
+            graph(
+                "Tokens per tenant",
+                [
+                    (
+                        f"sum by (tenant, kind) (rate(gateway_tenant_tokens_total{{{TENANT}}}[{RATE}]))",
+                        "{{tenant}} {{kind}}",
+                    )
+                ],
+                "short",
+                "Tenants of the keys file. Admitted: the worst case held against the key's token limit when a request is admitted; used: what the engine reported (prompt + completion), what the limit settles to.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Refusals per tenant",
+                [
+                    (
+                        f"sum by (tenant, reason) (rate(gateway_tenant_rejections_total{{{TENANT}}}[{RATE}]))",
+                        "{{tenant}} {{reason}}",
+                    )
+                ],
+                "reqps",
+                "Requests refused for a keyed tenant: `rate_limited` (its key's limits), `forbidden` (a priority the key may not use), and any other reason. Requests without a valid key have no tenant: see `unauthorized` under Rejections by reason.",
+            )
+        )
     )
 
 
@@ -211,16 +382,22 @@ def engine_dashboard() -> dashboard.Dashboard:
         .with_panel(
             graph(
                 "KV cache usage",
-                [(f"max(vllm:kv_cache_usage_perc{{{MODEL}}})", "used")],
+                [(f"max by (instance) (vllm:kv_cache_usage_perc{{{MODEL}}})", "{{instance}}")],
                 "percentunit",
+                "Per engine.",
             )
         )
         .with_panel(
             graph(
                 "Preemptions",
-                [(f"sum(rate(vllm:num_preemptions_total{{{MODEL}}}[{RATE}]))", "preemptions/s")],
+                [
+                    (
+                        f"sum by (instance) (rate(vllm:num_preemptions_total{{{MODEL}}}[{RATE}]))",
+                        "{{instance}}",
+                    )
+                ],
                 "short",
-                "Running requests whose KV cache was freed to be recomputed later: past the knee.",
+                "Running requests whose KV cache was freed to be recomputed later, per second and engine: past the knee.",
             )
         )
         .with_panel(
@@ -291,12 +468,18 @@ def engine_dashboard() -> dashboard.Dashboard:
                 "Prefix cache hit rate",
                 [
                     (
+                        f"sum by (instance) (rate(vllm:prefix_cache_hits_total{{{MODEL}}}[{RATE}]))"
+                        f" / sum by (instance) (rate(vllm:prefix_cache_queries_total{{{MODEL}}}[{RATE}]))",
+                        "{{instance}}",
+                    ),
+                    (
                         f"sum(rate(vllm:prefix_cache_hits_total{{{MODEL}}}[{RATE}]))"
                         f" / sum(rate(vllm:prefix_cache_queries_total{{{MODEL}}}[{RATE}]))",
-                        "hits",
-                    )
+                        "all engines",
+                    ),
                 ],
                 "percentunit",
+                "Prompt tokens served from the engine's prefix cache, of those looked up. Prefix routing sends prompts that share a prefix to one engine so this rises: vLLM gateway → Prefix affinity.",
             )
         )
         .with_panel(

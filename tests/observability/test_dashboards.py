@@ -5,6 +5,7 @@ import re
 from typing import Any
 
 import pytest
+from prometheus_client.metrics import MetricWrapperBase
 
 from app.metrics import GatewayMetrics
 from dashboards import build
@@ -33,11 +34,14 @@ _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"),
 
 
 def gateway_series() -> set[str]:
-    """Every series name the gateway exports, labelled ones without children
-    included (per-engine and per-tenant series appear only once they exist)."""
+    """Every series name the gateway can export: labelled ones without
+    children included (per-engine and per-tenant series appear only once they
+    exist), and metrics registered only when their feature is configured."""
+    metrics = [m for m in vars(GatewayMetrics()).values() if isinstance(m, MetricWrapperBase)]
     return {
         family.name + suffix
-        for family in GatewayMetrics().registry.collect()
+        for metric in metrics
+        for family in metric.describe()
         for suffix in _SUFFIXES.get(family.type, ("",))
     }
 
@@ -78,6 +82,20 @@ def test_panels_use_the_variables_and_real_series(name: str) -> None:
                 assert series in rules, f"{title}: {series} is not a recording rule"
         if "vllm:" in expr or "model_name:" in expr:
             assert "$model" in expr, f"{title}: engine series without the model variable"
+
+
+def test_the_gateway_dashboard_picks_tenants_of_the_keys_file() -> None:
+    dashboard = load("gateway.json")
+    tenant = {v["name"]: v for v in dashboard["templating"]["list"]}["tenant"]
+    assert tenant["type"] == "query"
+    assert tenant["query"] == "label_values(gateway_tenant_tokens_total, tenant)"
+    assert tenant["datasource"]["uid"] == "${datasource}"
+    assert tenant["includeAll"] is True
+    assert tenant["allValue"] == ".*"
+    per_tenant = [(t, e) for t, e in queries(dashboard) if "gateway_tenant_" in e]
+    assert per_tenant, "no per-tenant panels"
+    for title, expr in per_tenant:
+        assert 'tenant=~"$tenant"' in expr, f"{title}: per-tenant series without the variable"
 
 
 def test_there_are_three_dashboards_with_distinct_uids() -> None:
