@@ -244,6 +244,8 @@ class AdmissionController:
                     shared.release(Reservation(budget.id, 0, *budget.charged(decision.waiter)))
                     continue
                 self._wake(decision.waiter, self.policy.commit(decision))
+                shared.committed()
+            shared.publish_heads()
             self._publish()
 
     def _wake(self, waiter: Waiter, reservation: Reservation) -> None:

@@ -146,6 +146,16 @@ class FairQueue:
 
     # --- shared clocks (several replicas) --------------------------------------
 
+    def heads(self) -> dict[str, str | None]:
+        """The tenant at the head of each class (None where none waits)."""
+        out: dict[str, str | None] = {}
+        for name, cls in self._classes.items():
+            if cls.queues:
+                out[name] = min(cls.queues, key=lambda t: (cls.served[t], cls.queues[t][0].arrival))
+            else:
+                out[name] = None
+        return out
+
     def queued_tenants(self) -> dict[str, list[str]]:
         return {name: list(cls.queues) for name, cls in self._classes.items() if cls.queues}
 

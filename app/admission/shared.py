@@ -47,6 +47,8 @@ class SharedBudgets:
         self._lock = asyncio.Lock()
         fleet.on_change(self._on_change)
         self._on_view: list[Callable[[], None]] = []
+        self._clock: tuple[str, str, float, float] | None = None
+        self._heads: dict[str, str | None] = {}
         metrics.shared_state_up.set(0)
 
     @property
@@ -70,12 +72,31 @@ class SharedBudgets:
                 )
         except RedisError:
             return True
+        if held.not_my_turn:
+            # Another replica's waiter goes first; it is admitted there, and
+            # this queue is looked at again shortly.
+            return False
         self._see(budget, (held.blocks, held.sequences, held.requests))
         if held.ok:
-            self._policy.queue.sync_clocks(
-                waiter.priority, {waiter.tenant: held.served}, held.vtime
-            )
+            self._clock = (waiter.priority, waiter.tenant, held.served, held.vtime)
         return held.ok
+
+    def committed(self) -> None:
+        """The held request was admitted here (its tenant charged on this
+        replica's clock): take the fleet's clock for it where it is ahead.
+        Synced only now — before the local charge, the two would add up."""
+        if self._clock is not None:
+            priority, tenant, served, vtime = self._clock
+            self._policy.queue.sync_clocks(priority, {tenant: served}, vtime)
+            self._clock = None
+
+    def publish_heads(self) -> None:
+        """Tell the fleet who heads this replica's queue, when it changed."""
+        heads = self._policy.queue.heads()
+        changed = {p: t for p, t in heads.items() if self._heads.get(p) != t}
+        if changed and self._fleet.up:
+            self._fleet.publish_heads(changed)
+            self._heads = heads
 
     def release(self, reservation: Reservation) -> None:
         if self._fleet.up:
@@ -119,6 +140,7 @@ class SharedBudgets:
 
     def _on_change(self, up: bool) -> None:
         self._metrics.shared_state_up.set(1 if up else 0)
+        self._heads = {}  # published again from scratch
         share = 1.0 if up else 1.0 / self._fleet.replicas
         for budget in self._policy.engines.values():
             budget.share = share

@@ -6,6 +6,7 @@ clocks. In Redis; admission (``app.admission.shared``) decides with it.
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from app.identity import PRIORITIES
 from app.state import scripts
 from app.state.redis import SharedRedis
 
@@ -19,6 +20,8 @@ class Held:
     the engine before it (every live replica, this one included)."""
 
     ok: bool
+    # Refused because another replica's waiting request goes first.
+    not_my_turn: bool
     blocks: int
     sequences: int
     requests: int
@@ -62,14 +65,33 @@ class FleetState:
         shared = self._shared
         budget, cap = limits
         priority, name, tokens = tenant
+        order: list[str] = list(PRIORITIES)
+        higher = order[: order.index(priority)]
         keys = [shared.key("alive"), *self._keys(engine), shared.key("fair", priority)]
+        keys += [shared.key("heads", c) for c in (priority, *higher)]
         args: list[str | int] = [shared.replica, want[0], want[1]]
         args += [-1 if budget is None else budget, cap, shared.lease_ms, name, tokens]
         answer = await shared.call(lambda _: self._hold(keys=keys, args=args))
         ok, blocks, sequences, requests, served, vtime = answer
-        return Held(
-            bool(ok), int(blocks), int(sequences), int(requests), float(served), float(vtime)
-        )
+        fleet = (int(blocks), int(sequences), int(requests))
+        return Held(int(ok) == 1, int(ok) == 2, *fleet, served=float(served), vtime=float(vtime))
+
+    def publish_heads(self, heads: Mapping[str, str | None]) -> None:
+        """Tell the fleet which tenant heads this replica's queue in each
+        class (None: nothing waits there)."""
+        shared = self._shared
+
+        async def write(client: object) -> None:
+            pipe = shared.client.pipeline(transaction=False)
+            for priority, tenant in heads.items():
+                key = shared.key("heads", priority)
+                if tenant is None:
+                    pipe.hdel(key, shared.replica)
+                else:
+                    pipe.hset(key, shared.replica, tenant)
+            await pipe.execute()
+
+        shared.send(write)
 
     def release(self, engine: str, holding: Holding) -> None:
         replica = self._shared.replica

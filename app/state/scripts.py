@@ -8,13 +8,17 @@ of live replicas count — a replica killed without a drain stops counting
 when its lease runs out, with nothing to clean up first.
 """
 
-# KEYS: alive, blocks:{engine}, sequences:{engine}, requests:{engine}, fair:{class}
+# KEYS: alive, blocks:{engine}, sequences:{engine}, requests:{engine},
+#       fair:{class}, heads:{class}, then heads:{c} of every higher class
 # ARGV: replica, blocks, sequences, budget_blocks (-1: unknown), max_sequences,
 #       lease_ms, tenant, tokens
-# Holds the request on the engine if it fits what every live replica holds,
-# and charges its tenant's fair-share clock. Returns {held (0/1), fleet
-# blocks, fleet sequences, fleet requests (before this one), tenant's clock,
-# class clock}.
+# Holds the request on the engine if it is the fleet's turn for it and it
+# fits what every live replica holds, and charges its tenant's fair-share
+# clock. The turn: no live replica has a request waiting in a higher class,
+# and none has a head of this class whose tenant starts earlier on the
+# class's clock (each replica publishes its heads in heads:{class}). Returns
+# {0 refused for room / 1 held / 2 not its turn, fleet blocks, fleet
+# sequences, fleet requests (before this one), tenant's clock, class clock}.
 HOLD = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,6 +33,21 @@ local function total(key)
   return sum
 end
 local blocks, sequences, requests = total(KEYS[2]), total(KEYS[3]), total(KEYS[4])
+local vtime = tonumber(redis.call('HGET', KEYS[5], '') or '0')
+local function start(tenant)
+  return math.max(tonumber(redis.call('HGET', KEYS[5], tenant) or '0'), vtime)
+end
+local mine = start(ARGV[7])
+for i = 6, #KEYS do
+  local heads = redis.call('HMGET', KEYS[i], unpack(live))
+  for j, head in ipairs(heads) do
+    if head and live[j] ~= replica and head ~= ARGV[7] then
+      if i > 6 or start(head) < mine then
+        return {2, blocks, sequences, requests, '0', '0'}
+      end
+    end
+  end
+end
 local want_blocks, want_sequences = tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local fits = requests == 0 or (
@@ -39,10 +58,8 @@ end
 redis.call('HINCRBY', KEYS[2], replica, want_blocks)
 redis.call('HINCRBY', KEYS[3], replica, want_sequences)
 redis.call('HINCRBY', KEYS[4], replica, 1)
-local vtime = tonumber(redis.call('HGET', KEYS[5], '') or '0')
-local start = math.max(tonumber(redis.call('HGET', KEYS[5], ARGV[7]) or '0'), vtime)
-redis.call('HSET', KEYS[5], ARGV[7], tostring(start + tonumber(ARGV[8])), '', tostring(start))
-return {1, blocks, sequences, requests, tostring(start + tonumber(ARGV[8])), tostring(start)}
+redis.call('HSET', KEYS[5], ARGV[7], tostring(mine + tonumber(ARGV[8])), '', tostring(mine))
+return {1, blocks, sequences, requests, tostring(mine + tonumber(ARGV[8])), tostring(mine)}
 """
 
 # KEYS: alive, then for each engine its blocks, sequences, requests hashes

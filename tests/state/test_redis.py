@@ -118,3 +118,23 @@ async def test_with_redis_down_each_replica_keeps_to_its_share(
     server.start()
     await first.heartbeat()
     assert first.up
+
+
+async def test_a_replica_waits_its_turn_behind_another_replicas_head(
+    replicas: list[SharedRedis],
+) -> None:
+    first, second = (FleetState(one) for one in replicas)
+    # "heavy" has been served 500 tokens; "light" nothing yet.
+    assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
+    # The first replica (alive: its lease renewed) has "light" at its head.
+    await first.heartbeat({})
+    await replicas[0].client.hset("{gw}:heads:normal", replicas[0].replica, "light")
+    turn = await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))
+    assert turn.not_my_turn
+    assert not turn.ok
+    assert (await first.hold("e", (1, 1, 1), (100, 100), ("normal", "light", 10))).ok
+    # A head in a higher class goes before any normal request.
+    await replicas[0].client.hset("{gw}:heads:high", replicas[0].replica, "vip")
+    await replicas[0].client.hdel("{gw}:heads:normal", replicas[0].replica)
+    assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))).not_my_turn
+    assert (await second.hold("e", (1, 1, 1), (100, 100), ("high", "other", 10))).ok
