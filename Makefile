@@ -113,3 +113,18 @@ clean:
 EXPERIMENT ?= all
 experiments: $(VENV)/.ready
 	$(VENV)/bin/python -m benchmarks.experiments $(EXPERIMENT) $(EXPERIMENTS_ARGS)
+
+# Benchmarks that start their own engines, gateways and Redis, print tables
+# and write result.json, tables.md and every process's log under reports/
+# (docs/benchmarks.md has the figures and how they were made). BENCH_ARGS
+# passes options (--help lists them); --gateway-src DIR runs the gateway from
+# another source tree, e.g. a git worktree of an older commit.
+.PHONY: bench-overhead bench-limits bench-prefix
+bench-overhead: setup
+	$(VENV)/bin/python -m benchmarks.overhead $(BENCH_ARGS)
+
+bench-limits: setup
+	$(VENV)/bin/python -m benchmarks.limits $(BENCH_ARGS)
+
+bench-prefix: setup
+	$(VENV)/bin/python -m benchmarks.prefix $(BENCH_ARGS)
