@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from app.api import completions, health
+from app.api.entry import Gateway
 from app.api.ports import PortRouter
 from app.drain import Drain
 from app.errors import GatewayError, InternalError, InvalidRequest
@@ -65,7 +66,8 @@ def create_app(
             if services.shared is not None:
                 await services.shared.aclose()
 
-    app = FastAPI(
+    app = Gateway(
+        admin_port=settings.admin_port,
         title="vllm-gateway",
         lifespan=lifespan,
         docs_url=None,

@@ -14,7 +14,8 @@ _VALID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 current_request_id: ContextVar[str] = ContextVar("request_id", default="-")
 
 
-def _pick(scope: Scope) -> str:
+def pick_request_id(scope: Scope) -> str:
+    """The client's ``X-Request-Id`` when it is a sane token, else a new one."""
     for name, value in scope.get("headers", ()):
         if name == HEADER.encode():
             candidate: str = value.decode("latin-1")
@@ -34,7 +35,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = _pick(scope)
+        request_id = pick_request_id(scope)
         scope.setdefault("state", {})["request_id"] = request_id
         token = current_request_id.set(request_id)
         raw = (HEADER.encode(), request_id.encode())

@@ -1,7 +1,8 @@
 """The HTTP client for the engines.
 
 One ``httpx.AsyncClient`` per app, for every engine (its pool keeps
-connections per engine), with pool limits and timeouts from the settings.
+connections per engine), with pool limits and timeouts from the settings, on
+the sockets of ``app.relay.network``.
 Every call names the engine's base URL. Transport errors are turned into the
 gateway's own errors here, so nothing above this module sees an httpx
 exception type except the relay's mid-stream reads.
@@ -19,6 +20,7 @@ from app.errors import (
     UpstreamTimeout,
     UpstreamUnreachable,
 )
+from app.relay.network import engine_transport
 from app.settings import Settings
 
 _CLOSE_TIMEOUT = 5.0
@@ -40,11 +42,8 @@ class EngineClient:
         )
         self._http = httpx.AsyncClient(
             timeout=self._stream_timeout,
-            limits=httpx.Limits(
-                max_connections=settings.upstream_max_connections,
-                max_keepalive_connections=settings.upstream_max_keepalive,
-            ),
-            transport=transport,
+            transport=transport
+            or engine_transport(settings.upstream_max_connections, settings.upstream_max_keepalive),
         )
 
     async def open(
