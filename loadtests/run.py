@@ -67,6 +67,12 @@ def main() -> int:
         "--gateway-url", default=os.environ.get("GATEWAY_URL", "http://127.0.0.1:8000")
     )
     parser.add_argument(
+        "--gateway-metrics-url",
+        default=os.environ.get("GATEWAY_METRICS_URL"),
+        help="where the gateway serves /metrics (its admin listener when"
+        " GATEWAY_ADMIN_PORT is set; default: --gateway-url)",
+    )
+    parser.add_argument(
         "--engine-url", default=os.environ.get("ENGINE_URL", "http://127.0.0.1:8001")
     )
     parser.add_argument(
@@ -126,7 +132,7 @@ def main() -> int:
 
     sampler = Sampler(
         args.engine_url,
-        args.gateway_url if args.target == "gateway" else None,
+        (args.gateway_metrics_url or args.gateway_url) if args.target == "gateway" else None,
         run / "samples.jsonl",
     )
     sampler.start()
