@@ -1,16 +1,17 @@
 """Every dashboard query, run by a real Prometheus against a real stack.
 
 Prometheus runs with the project's local config (targets filled in for this
-run) and rules. Load through three gateways makes every label value a panel
-breaks out: each outcome, each rejection reason, each cancellation phase, each
-queue priority, engine preemptions. Then every panel query of every dashboard
-goes through Prometheus' HTTP API and must return series.
+run) and rules. Load through seven gateways in front of one real engine makes
+every label value a panel breaks out: each outcome, rejection reason,
+cancellation phase and queue priority, engine preemptions; a keyed tenant
+at its limit; prefix affinity and its load cap over two engines (the one
+engine under two names), shared state in a real Redis, an engine stalled,
+ejected and readmitted, a request retried. Then every panel query of every
+dashboard goes through Prometheus' HTTP API and must return series.
 """
 
 import asyncio
-import random
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,13 +23,16 @@ import yaml
 
 from dashboards import build, snapshot
 from deploy.local import ROOT, ManagedProcess, free_port
-from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, launch_gateway, wait_until
+from tests.conftest import Engine, Gateway, launch_gateway, wait_until
+from tests.observability import live_fleet, live_load
 from tests.observability.test_dashboards import load, queries
-from tests.support.raw_http import close, connect, request_bytes
-from tests.support.streams import hold_streams, leave_after, open_stream, read_content_chunks
+from tests.support.redis_server import RedisServer
 
-LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 RATE_INTERVAL = "1m"
+# Longer than the whole run: every sample of it.
+RUN = "[1h]"
+# Grafana's variables, as Prometheus is asked with "All" chosen.
+VARIABLES = {"$__rate_interval": RATE_INTERVAL, "$model": ".*", "$tenant": ".*"}
 
 
 class Prometheus:
@@ -43,7 +47,12 @@ class Prometheus:
         return result
 
     def label_values(self, expr: str, label: str) -> set[str]:
+        """The label's values among the series whose value is above 0."""
         return {s["metric"][label] for s in self.query(expr) if float(s["value"][1]) > 0}
+
+    def labels(self, expr: str, label: str) -> set[str]:
+        """The label's values among all the series, whatever their value."""
+        return {s["metric"][label] for s in self.query(expr)}
 
 
 def prometheus_config(engine: str, gateways: list[str]) -> str:
@@ -57,6 +66,57 @@ def prometheus_config(engine: str, gateways: list[str]) -> str:
     return yaml.safe_dump(config)
 
 
+def start_gateways(
+    engine: Engine, redis: RedisServer, keys_file: Path, logs: Path
+) -> dict[str, Gateway]:
+    names = ",".join(live_fleet.engine_names(engine))
+    settings: dict[str, tuple[str, dict[str, object]]] = {
+        # Admission on with a tiny queue: queue_full, queue_timeout, queued cancels.
+        "admission": (
+            engine.url,
+            {"max_concurrency": 2, "queue_max_depth": 4, "queue_timeout": 1.5},
+        ),
+        # Admission off: engine-side waiting, preemptions, cancels in every engine phase.
+        "direct": (engine.url, {"admission": "off", "drain_grace_seconds": 20}),
+        # An engine that is not there: unavailable.
+        "no-engine": (f"http://127.0.0.1:{free_port()}", {}),
+        # A non-streaming limit shorter than any long answer: failed (504);
+        # one body received at a time, within a second: overloaded, body_timeout.
+        "impatient": (
+            engine.url,
+            {"upstream_non_stream_timeout": 0.1, "max_receiving": 1, "body_timeout": 1},
+        ),
+        # A keys file: unauthorized, forbidden, rate_limited, per-tenant series.
+        "keyed": (engine.url, {"keys_file": keys_file, "rate_limit_window": 600}),
+        # Two engines, prefix routing, state shared through Redis. Overcommit
+        # from the start, so that five requests fit on one engine name.
+        "fleet": (
+            engine.url,
+            {
+                "upstream_urls": names,
+                "routing": "prefix",
+                "redis_url": redis.url,
+                "overcommit_initial": 2,
+            },
+        ),
+        # Two engines; a request gives up on a silent engine long before a
+        # health check does: a retry, then ejections.
+        "failover": (
+            engine.url,
+            {"upstream_urls": names, "health_timeout": 10, "upstream_read_timeout": 2},
+        ),
+    }
+    gateways: dict[str, Gateway] = {}
+    try:
+        for name, (upstream, extra) in settings.items():
+            gateways[name] = launch_gateway(logs, upstream, extra)
+    except BaseException:
+        for gateway in gateways.values():
+            gateway.process.stop()
+        raise
+    return gateways
+
+
 @pytest.fixture(scope="module")
 def prometheus(
     engine: Engine, tmp_path_factory: pytest.TempPathFactory
@@ -64,179 +124,90 @@ def prometheus(
     binary = shutil.which("prometheus")
     assert binary, "prometheus is missing: install Debian's prometheus package (.ci/run does)"
     logs = tmp_path_factory.mktemp("observability")
-    gateways = {
-        # Admission on with a tiny queue: queue_full, queue_timeout, queued cancels.
-        "admission": launch_gateway(
-            logs, engine.url, {"max_concurrency": 2, "queue_max_depth": 4, "queue_timeout": 1.5}
-        ),
-        # Admission off: engine-side waiting, preemptions, cancels in every engine phase.
-        "direct": launch_gateway(logs, engine.url, {"admission": "off", "drain_grace_seconds": 20}),
-        # An engine that is not there: unavailable.
-        "no-engine": launch_gateway(logs, f"http://127.0.0.1:{free_port()}", {}),
-        # A non-streaming limit shorter than any long answer: failed (504).
-        "impatient": launch_gateway(logs, engine.url, {"upstream_non_stream_timeout": 0.1}),
-    }
-    config = logs / "prometheus.yml"
-    config.write_text(
-        prometheus_config(
-            engine.url.removeprefix("http://"),
-            [g.url.removeprefix("http://") for g in gateways.values()],
-        )
-    )
-    port = free_port()
-    proc = ManagedProcess(
-        "prometheus",
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={logs / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        {},
-        logs,
-    )
+    redis = RedisServer(logs)
+    redis.start()
+    gateways: dict[str, Gateway] = {}
+    proc: ManagedProcess | None = None
     try:
+        key = live_fleet.write_keys_file(logs / "keys.yml")
+        gateways = start_gateways(engine, redis, logs / "keys.yml", logs)
+        config = logs / "prometheus.yml"
+        config.write_text(
+            prometheus_config(
+                engine.url.removeprefix("http://"),
+                [g.url.removeprefix("http://") for g in gateways.values()],
+            )
+        )
+        port = free_port()
+        proc = ManagedProcess(
+            "prometheus",
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={logs / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            {},
+            logs,
+        )
         url = f"http://127.0.0.1:{port}"
         proc.wait_http(f"{url}/-/ready", timeout=60)
         prom = Prometheus(url)
-        assert wait_until(lambda: len(prom.query("up == 1")) == 5, timeout=60)
-        asyncio.run(drive_load(engine, gateways))
+        targets = len(gateways) + 1
+        assert wait_until(lambda: len(prom.query("up == 1")) == targets, timeout=60)
+        asyncio.run(drive_load(engine, gateways, key))
         # Two more scrapes and rule evaluations after the last event.
         time.sleep(4)
         yield prom, gateways
     finally:
-        proc.stop()
+        if proc is not None:
+            proc.stop()
         for gateway in gateways.values():
             gateway.process.stop()
+        redis.stop()
 
 
-async def abandon_upload(url: str) -> None:
-    head, body = request_bytes("/v1/completions", {"model": MODEL, "prompt": "x" * 100})
-    _, writer = await connect(url)
-    writer.write(head + body[:10])
-    await writer.drain()
-    await close(writer)
-
-
-async def drive_load(engine: Engine, gateways: dict[str, Gateway]) -> None:
-    admission, direct, nowhere, impatient = (
-        gateways[k].url for k in ("admission", "direct", "no-engine", "impatient")
-    )
+async def drive_load(engine: Engine, gateways: dict[str, Gateway], key: str) -> None:
     async with httpx.AsyncClient(timeout=120) as http:
-        # Completed, with both finish reasons (natural EOS and max_tokens).
-        for url in (admission, direct):
-            for i in range(6):
-                await http.post(
-                    f"{url}/v1/completions",
-                    json={"model": MODEL, "prompt": f"Story {i}", "max_tokens": 200},
-                )
-                await http.post(
-                    f"{url}/v1/completions", json={**LONG, "prompt": f"Fixed {i}", "max_tokens": 20}
-                )
-        # Failed (the engine takes longer than the gateway allows); refused by
-        # the engine, invalid, too large, unavailable; a client that leaves
-        # while its body is still arriving.
-        timed_out = await http.post(f"{impatient}/v1/completions", json={**LONG, "prompt": "x"})
-        assert timed_out.status_code == 504
-        await http.post(
-            f"{admission}/v1/completions", json={"model": MODEL, "prompt": "x", "temperature": -3}
-        )
-        await http.post(f"{admission}/v1/completions", content=b"{not json")
-        await http.post(f"{admission}/v1/completions", content=b"x" * (5 * 1024 * 1024))
-        await http.post(f"{nowhere}/v1/completions", json={"model": MODEL, "prompt": "x"})
-        await abandon_upload(admission)
-
-        # The admission gateway's two slots taken: its queue fills with every
-        # priority; one client leaves while queued, the others time out, and
-        # one more finds the queue full.
-        blockers = await hold_streams(http, admission, LONG, 2)
-        try:
-            waiting = [
-                asyncio.create_task(
-                    http.post(
-                        f"{admission}/v1/completions",
-                        json={**LONG, "prompt": p},
-                        headers={"X-Priority": p},
-                    )
-                )
-                for p in ("high", "normal", "low")
-            ]
-            leaving = asyncio.create_task(
-                leave_after(admission, {**LONG, "prompt": "impatient"}, 0.5)
-            )
-            await asyncio.sleep(0.3)
-            full = await http.post(
-                f"{admission}/v1/completions", json={**LONG, "prompt": "one too many"}
-            )
-            assert full.status_code == 429
-            await leaving
-            for task in waiting:
-                assert (await task).status_code == 429
-        finally:
-            for blocker in blockers:
-                await blocker.aclose()
-
-        # Through the gateway without admission: cancel mid-stream and during
-        # a non-streaming call.
-        direct_http = httpx.AsyncClient(base_url=direct, timeout=120)
-        async with direct_http:
-            async with open_stream(direct_http, {**LONG, "prompt": "Leave mid-stream"}) as response:
-                await read_content_chunks(response, 3)
-            await leave_after(direct, {**LONG, "prompt": "Leave non-streaming"}, 0.3)
-
-            # Saturate the engine (preemptions, a waiting queue) and leave one
-            # request before its first token.
-            saturating = await hold_streams(
-                http, engine.url, {**LONG, "prompt": str(random.random())}, ENGINE_MAX_NUM_SEQS
-            )
-            preempted = engine.metric("vllm:num_preemptions_total")
-            try:
-                async with open_stream(
-                    direct_http, {**LONG, "prompt": "Leave before first token"}
-                ) as _:
-                    await asyncio.sleep(0.5)
-                # Let the blockers outgrow the KV cache and preempt each other.
-                assert await asyncio.to_thread(
-                    wait_until, lambda: engine.metric("vllm:num_preemptions_total") > preempted, 600
-                )
-            finally:
-                for blocker in saturating:
-                    await blocker.aclose()
-
-            # Draining: a stream in flight keeps the gateway draining while a
-            # new request is turned away.
-            async with open_stream(direct_http, {**LONG, "prompt": "Last one"}) as response:
-                chunks = response.aiter_raw()
-                assert await anext(chunks)
-                gateways["direct"].process.signal(signal.SIGTERM)
-                await asyncio.sleep(0.5)
-                refused = await direct_http.post("/v1/completions", json={**LONG, "prompt": "late"})
-                assert refused.status_code == 503
-                async for _ in chunks:
-                    pass
+        await live_load.outcomes_and_refusals(http, gateways)
+        await live_load.queue_with_every_priority(http, gateways["admission"].url)
+        await live_fleet.tenant_at_its_limit(gateways["keyed"], key)
+        await live_fleet.prefix_routing(gateways["fleet"])
+        await live_load.engine_phases(http, engine, gateways["direct"].url)
+    serving = [g for name, g in gateways.items() if name != "no-engine"]
+    await live_fleet.engine_stall(engine, gateways["failover"], serving)
+    await live_load.drain(gateways["direct"])
 
 
 def test_the_load_made_every_label_value_the_panels_break_out(
     prometheus: tuple[Prometheus, dict[str, Gateway]],
 ) -> None:
+    """The gateways' counters are since they started, at this test; a child
+    made at its first count has no sample before it, so its total over the
+    run is read (``max_over_time``: the drained gateway is gone by now)."""
     prom, _ = prometheus
-    window = "[5m]"
+    window = RUN
     assert prom.label_values(
-        f"sum by (outcome) (increase(gateway_requests_total{window}))", "outcome"
+        f"sum by (outcome) (max_over_time(gateway_requests_total{window}))", "outcome"
     ) == {"completed", "rejected", "cancelled", "failed"}
     assert prom.label_values(
-        f"sum by (reason) (increase(gateway_rejections_total{window}))", "reason"
+        f"sum by (reason) (max_over_time(gateway_rejections_total{window}))", "reason"
     ) == {
         "invalid",
         "too_large",
+        "body_timeout",
+        "engine_invalid",
+        "unauthorized",
+        "forbidden",
+        "rate_limited",
         "queue_full",
         "queue_timeout",
         "unavailable",
+        "overloaded",
         "draining",
-        "engine_invalid",
     }
     assert prom.label_values(
-        f"sum by (phase) (increase(gateway_cancellations_total{window}))", "phase"
+        f"sum by (phase) (max_over_time(gateway_cancellations_total{window}))", "phase"
     ) == {"receiving", "queued", "waiting_first_token", "streaming", "non_streaming"}
     assert prom.label_values(
         f"max by (priority) (max_over_time(gateway_queue_depth{window}))", "priority"
@@ -248,6 +219,32 @@ def test_the_load_made_every_label_value_the_panels_break_out(
     assert prom.query(f"sum(increase(vllm:num_preemptions_total{window})) > 0")
 
 
+def test_the_fleet_and_the_keys_made_their_series(
+    prometheus: tuple[Prometheus, dict[str, Gateway]], engine: Engine
+) -> None:
+    """Counted since these gateways started. These children are made at their
+    first count, so a rate over them misses it: the totals are read instead."""
+    prom, gateways = prometheus
+    fleet = f'instance="{gateways["fleet"].url.removeprefix("http://")}"'
+    failover = f'instance="{gateways["failover"].url.removeprefix("http://")}"'
+    names = {name.removeprefix("http://") for name in live_fleet.engine_names(engine)}
+    assert prom.label_values(f"gateway_engine_requests_total{{{fleet}}}", "engine") == names
+    assert prom.query(f"sum(gateway_routing_affinity_hits_total{{{fleet}}}) > 0")
+    assert prom.query(f"sum(gateway_routing_load_cap_overrides_total{{{fleet}}}) > 0")
+    assert prom.labels(f"gateway_fleet_kv_tokens_reserved{{{fleet}}}", "engine") == names
+    assert prom.query(f"gateway_shared_state_up{{{fleet}}} == 1")
+    assert prom.label_values(f"gateway_engine_ejections_total{{{failover}}}", "engine") == names
+    assert prom.query(f"sum(gateway_engine_retries_total{{{failover}}}) == 1")
+    # Keyed tenants only: a request without a valid key makes no tenant series.
+    tenant = live_fleet.TENANT
+    assert prom.label_values("gateway_tenant_tokens_total", "tenant") == {tenant}
+    assert prom.label_values("gateway_tenant_tokens_total", "kind") == {"admitted", "used"}
+    assert prom.label_values("gateway_tenant_rejections_total", "reason") == {
+        "forbidden",
+        "rate_limited",
+    }
+
+
 @pytest.mark.parametrize("name", sorted(build.DASHBOARDS))
 def test_every_panel_query_returns_series(
     prometheus: tuple[Prometheus, dict[str, Gateway]], name: str
@@ -255,7 +252,9 @@ def test_every_panel_query_returns_series(
     prom, _ = prometheus
     failures = []
     for title, expr in queries(load(name)):
-        concrete = expr.replace("$__rate_interval", RATE_INTERVAL).replace("$model", ".*")
+        concrete = expr
+        for variable, value in VARIABLES.items():
+            concrete = concrete.replace(variable, value)
         if not prom.query(concrete):
             failures.append(f"{title}: {concrete}")
     assert not failures, "queries without series:\n" + "\n".join(failures)
