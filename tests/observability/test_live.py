@@ -125,10 +125,10 @@ def prometheus(
     assert binary, "prometheus is missing: install Debian's prometheus package (.ci/run does)"
     logs = tmp_path_factory.mktemp("observability")
     redis = RedisServer(logs)
-    redis.start()
     gateways: dict[str, Gateway] = {}
     proc: ManagedProcess | None = None
     try:
+        redis.start()
         key = live_fleet.write_keys_file(logs / "keys.yml")
         gateways = start_gateways(engine, redis, logs / "keys.yml", logs)
         config = logs / "prometheus.yml"
