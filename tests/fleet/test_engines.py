@@ -73,7 +73,7 @@ async def test_a_burst_larger_than_one_engine_spreads_over_both_without_preempti
     replies = await asyncio.gather(*(stream(gateway.url, f"Spread {i}", 300) for i in range(14)))
     assert all(status == 200 and body.endswith(b"data: [DONE]\n\n") for status, body in replies)
     routed = {
-        engine: gateway.metric("gateway_engine_requests_total", engine=engine.url[7:])
+        engine.url: gateway.metric("gateway_engine_requests_total", engine=engine.url[7:])
         for engine in (idle_engine, second)
     }
     preempted = preemptions(idle_engine, second) - before
