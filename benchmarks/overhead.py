@@ -385,27 +385,24 @@ def _frame(raw: str) -> tuple[str, str]:
     return m["func"], m["file"]
 
 
-def _package(path: str, src: str) -> str:
+def _where(path: str, src: str) -> tuple[str, str]:
+    """(package, short path) of a source file named in a profile."""
     if "site-packages/" in path:
-        return path.split("site-packages/", 1)[1].split("/", 1)[0].removesuffix(".py")
-    if src and path.startswith(src):
-        return "gateway (app/)"
+        short = path.split("site-packages/", 1)[1]
+        return short.split("/", 1)[0].removesuffix(".py"), short
+    if src and path.startswith(src.rstrip("/") + "/"):
+        return "gateway (app/)", path[len(src.rstrip("/")) + 1 :]
     m = re.search(r"/lib/python3\.\d+/(.+)$", path)
     if m:
-        return "stdlib " + m[1].split("/", 1)[0].removesuffix(".py")
-    return path or "?"
+        return "stdlib " + m[1].split("/", 1)[0].removesuffix(".py"), m[1]
+    if path.startswith("<frozen "):
+        return "stdlib", path
+    return path or "?", path
 
 
-def _short(path: str) -> str:
-    if "site-packages/" in path:
-        return path.split("site-packages/", 1)[1]
-    m = re.search(r"/lib/python3\.\d+/(.+)$", path)
-    if m:
-        return m[1]
-    for marker in ("/app/",):
-        if marker in path:
-            return "app/" + path.split(marker, 1)[1]
-    return path
+# A sample whose innermost Python frame is the event loop's own run call is
+# time in the loop's C code (uvloop, httptools, the transports' writes).
+_LOOP_FRAMES = {"Runner.run", "run_until_complete", "run_forever"}
 
 
 def summarise_profile(
@@ -425,12 +422,14 @@ def summarise_profile(
         count = int(count_text)
         samples += count
         frames = [_frame(f) for f in stack.split(";") if f]
-        names = [f"{func} ({_short(path)})" for func, path in frames]
+        places = [_where(path, src) for _, path in frames]
+        names = [f"{func} ({short})" for (func, _), (_, short) in zip(frames, places, strict=True)]
         for name in set(names):
             inclusive[name] += count
         if frames:
             own[names[-1]] += count
-            packages[_package(frames[-1][1], src)] += count
+            leaf = frames[-1][0]
+            packages["event loop C code" if leaf in _LOOP_FRAMES else places[-1][0]] += count
     share = 1 / samples if samples else 0.0
 
     def ranked(counter: collections.Counter[str]) -> list[tuple[str, float]]:
@@ -469,6 +468,7 @@ async def run_profile(bench: Bench, args: argparse.Namespace, out: Path) -> dict
         row = Row(str(args.profile_streams), args.profile_streams, True)
         argv = [spy, "record", "-p", str(gateway.pid), "-d", str(round(args.profile_seconds))]
         argv += ["-r", str(args.profile_rate), "-f", "raw", "-o", str(path), "--nonblocking"]
+        argv += ["--full-filenames"]
 
         async def spy_later(argv: list[str] = argv) -> int:
             await asyncio.sleep(2.0)

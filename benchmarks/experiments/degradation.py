@@ -20,7 +20,15 @@ from typing import Any
 
 from benchmarks.experiments import course
 from benchmarks.experiments.engine import EngineInfo, prompt_tokens
-from benchmarks.experiments.output import ROOT, NotApplicable, pyplot, table, write
+from benchmarks.experiments.output import (
+    ROOT,
+    NotApplicable,
+    machine_note,
+    machine_state,
+    pyplot,
+    table,
+    write,
+)
 from loadtests.phases import detect_phases
 from loadtests.prompts import PromptFactory
 from loadtests.report import load_run
@@ -85,9 +93,13 @@ def collect(args: argparse.Namespace, info: EngineInfo) -> Degradation:
     steps = choose_steps(base, args.multiple)
     runs = {}
     for target in TARGETS:
+        # The two runs follow each other: other work on the machine can differ
+        # between them, so each records its own.
+        before = machine_state()
         run = run_shape(args, info, target, steps)
         meta, step_rows = load_run(run)
         runs[target] = {
+            "machine": machine_note(before, machine_state()),
             "dir": str(run.relative_to(ROOT)),
             "steps": [asdict(step) for step in step_rows],
             "phases": detect_phases(step_rows).as_dict(),
@@ -159,6 +171,10 @@ def page(result: Degradation, info: EngineInfo, footer: str) -> str:
         f"Knee (first step with preemptions or a persistent engine queue): direct"
         f" {knee('direct')}, gateway {knee('gateway')}. Full reports: `{direct['dir']}`,"
         f" `{gateway['dir']}` (not committed; `reports/` is local).",
+        "",
+        f"The direct run — {direct['machine']}",
+        "",
+        f"The gateway run — {gateway['machine']}",
         "",
         "**Why they differ.** The stages are the course's, on a real engine; the users at which"
         " they appear are this tiny cache's (a few thousand tokens, chosen so the knee comes"
