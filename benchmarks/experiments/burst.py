@@ -26,7 +26,7 @@ from benchmarks.experiments.engine import (
     WAITING,
     counters,
 )
-from tests.support.metrics import scrape, value
+from deploy.local import scrape, value
 
 SAMPLE_SECONDS = 0.2
 

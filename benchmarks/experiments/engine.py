@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import httpx
 
 from app.capacity.plan import sequences_that_fit
-from tests.support.metrics import Samples, scrape, value
+from deploy.local import Samples, scrape, value
 
 # Counters and gauges read before and after each measured run.
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -84,7 +84,7 @@ def engine_info(url: str) -> EngineInfo:
         samples = scrape(url)
     except httpx.HTTPError as exc:
         raise SystemExit(f"no engine at {url} ({exc!r}): start the stack with `make up`") from exc
-    (cache,) = [labels for name, labels, _ in samples if name == "vllm:cache_config_info"]
+    (cache,) = [dict(s.labels) for s in samples if s.name == "vllm:cache_config_info"]
     first = models[0]
     return EngineInfo(url, first["id"], int(first["max_model_len"]), str(first["root"]), cache)
 

@@ -16,8 +16,7 @@ import pytest
 
 from app.capacity import plan_capacity, read_model_config
 from app.capacity.plan import GIB
-from tests.support.metrics import scrape
-from tests.support.procs import ROOT, ManagedProcess, free_port
+from deploy.local import ROOT, ManagedProcess, free_port, scrape
 
 KV_CACHE_GIB = 1
 # Not a multiple of the CPU block size (128), so a sequence's last block is partial.
@@ -52,7 +51,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Mana
 
 
 def cache_config(url: str) -> dict[str, str]:
-    (labels,) = [labels for name, labels, _ in scrape(url) if name == "vllm:cache_config_info"]
+    (labels,) = [dict(s.labels) for s in scrape(url) if s.name == "vllm:cache_config_info"]
     return labels
 
 
