@@ -19,8 +19,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
@@ -604,12 +604,44 @@ def source_commit(src: str) -> str:
     return (head or "?") + (" +uncommitted changes in app/" if dirty else "")
 
 
-def add_source_arg(parser: Any) -> None:
+def add_common_args(parser: Any) -> None:
+    """The options every benchmark takes: which gateway, how long to wait
+    for a quiet machine, where to write."""
     parser.add_argument(
         "--gateway-src",
         default=str(ROOT),
         help="the gateway's source tree (default: this repository; e.g. a git worktree)",
     )
+    parser.add_argument("--quiet-wait", type=float, default=40.0, help="minutes, at most")
+    parser.add_argument("--out", default="", help="folder for result.json, tables, logs")
+
+
+def run_benchmark(
+    name: str,
+    args: Any,
+    run: Callable[[Processes, Path], Coroutine[Any, Any, dict[str, Any]]],
+    render: Callable[[dict[str, Any]], str],
+) -> None:
+    """Wait for a quiet machine, run ``run`` with its processes (all stopped
+    at the end, whatever happens), then write ``result.json`` and
+    ``tables.md`` (what ``render`` makes of the result) and print the tables."""
+    out = out_dir(name, args.out)
+    quiet = wait_for_quiet(args.quiet_wait * 60)
+    result: dict[str, Any] = {
+        "args": vars(args),
+        "machine": machine(),
+        "quiet": asdict(quiet),
+        "gateway_src": args.gateway_src,
+        "gateway_commit": source_commit(args.gateway_src),
+    }
+    with Processes(out / "logs") as procs:
+        result |= asyncio.run(run(procs, out))
+    result["machine_after"] = machine()
+    write_json(out / "result.json", result)
+    text = render(result)
+    (out / "tables.md").write_text(text)
+    print("\n" + text)
+    print(f"written to {out}")
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -48,18 +48,14 @@ from benchmarks.harness import (
     Processes,
     Service,
     access_log,
-    add_source_arg,
+    add_common_args,
     closed_loop,
     engine_idle,
-    machine,
     model_name,
     num,
-    out_dir,
-    source_commit,
+    run_benchmark,
     table,
-    wait_for_quiet,
     wait_ready,
-    write_json,
 )
 from loadtests.prompts import PromptFactory
 
@@ -505,7 +501,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_source_arg(parser)
+    add_common_args(parser)
     parser.add_argument("--parts", default="accuracy,fairness")
     parser.add_argument("--setups", default="local,redis", help="local, redis or both")
     parser.add_argument("--limit", type=int, default=40_000, help="tokens per window")
@@ -519,28 +515,16 @@ def main() -> None:
     parser.add_argument("--fair-max-tokens", type=int, default=256)
     parser.add_argument("--fair-seconds", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=31)
-    parser.add_argument("--quiet-wait", type=float, default=40.0, help="minutes, at most")
-    parser.add_argument("--out", default="", help="folder for result.json, tables, logs")
     args = parser.parse_args()
     if args.window * 2 > args.seconds:
         parser.error("--seconds must cover at least two windows")
-    out = out_dir("limits", args.out)
-    quiet = wait_for_quiet(args.quiet_wait * 60)
     args.src = Path(args.gateway_src)
-    result: dict[str, Any] = {
-        "args": vars(args),
-        "machine": machine(),
-        "quiet": asdict(quiet),
-        "gateway_commit": source_commit(args.gateway_src),
-    }
-    with Processes(out / "logs") as procs:
-        result |= asyncio.run(run_all(args, procs, out))
-    result["machine_after"] = machine()
-    write_json(out / "result.json", result)
-    text = render(result, args)
-    (out / "tables.md").write_text(text)
-    print("\n" + text)
-    print(f"written to {out}")
+    run_benchmark(
+        "limits",
+        args,
+        lambda procs, out: run_all(args, procs, out),
+        lambda result: render(result, args),
+    )
 
 
 if __name__ == "__main__":

@@ -57,24 +57,20 @@ from benchmarks.harness import (
     Processes,
     Sampler,
     Service,
-    add_source_arg,
+    add_common_args,
     closed_loop,
     cpu_seconds,
     engine_idle,
-    machine,
     model_name,
     ms,
     num,
-    out_dir,
     own_cpu,
     q,
-    source_commit,
+    run_benchmark,
     table,
     tokens_within,
     tree_cpu,
-    wait_for_quiet,
     wait_ready,
-    write_json,
 )
 from loadtests.prompts import PromptFactory
 
@@ -702,7 +698,7 @@ def compare(before_path: str, after_path: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_source_arg(parser)
+    add_common_args(parser)
     parser.add_argument("--gateway-env", action="append", default=[], metavar="K=V")
     parser.add_argument("--parts", default="rows,profile,overload")
     parser.add_argument(
@@ -726,33 +722,19 @@ def main() -> None:
         "--overload-targets", type=lambda s: s.split(","), default=["direct", "off", "on"]
     )
     parser.add_argument("--seed", type=int, default=12)
-    parser.add_argument("--quiet-wait", type=float, default=40.0, help="minutes, at most")
-    parser.add_argument("--out", default="", help="folder for result.json, tables, logs")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     args = parser.parse_args()
     if args.compare:
         print(compare(*args.compare))
         return
-    out = out_dir("overhead", args.out)
     args.gateway_src_resolved = str(Path(args.gateway_src).resolve())
-    quiet = wait_for_quiet(args.quiet_wait * 60)
-    result: dict[str, Any] = {
-        "args": vars(args),
-        "machine": machine(),
-        "quiet": asdict(quiet),
-        "gateway_src": args.gateway_src,
-        "gateway_commit": source_commit(args.gateway_src),
-    }
-    with Processes(out / "logs") as procs:
+
+    async def run(procs: Processes, out: Path) -> dict[str, Any]:
         bench = Bench(args, procs)
         bench.start()
-        result |= asyncio.run(run_all(bench, args, out))
-    result["machine_after"] = machine()
-    write_json(out / "result.json", result)
-    text = render(result, args)
-    (out / "tables.md").write_text(text)
-    print("\n" + text)
-    print(f"written to {out}")
+        return await run_all(bench, args, out)
+
+    run_benchmark("overhead", args, run, lambda result: render(result, args))
 
 
 if __name__ == "__main__":

@@ -32,11 +32,9 @@ process's log under ``--out``.
 """
 
 import argparse
-import asyncio
 import math
 import random
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -51,21 +49,17 @@ from benchmarks.harness import (
     Sampler,
     Service,
     access_log,
-    add_source_arg,
+    add_common_args,
     closed_loop,
     engine_idle,
-    machine,
     model_name,
     ms,
     num,
-    out_dir,
     q,
-    source_commit,
+    run_benchmark,
     table,
     tokens_within,
-    wait_for_quiet,
     wait_ready,
-    write_json,
 )
 from loadtests.prompts import CORPUS, PromptFactory
 
@@ -488,7 +482,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_source_arg(parser)
+    add_common_args(parser)
     parser.add_argument("--kv-blocks", type=int, default=48)
     parser.add_argument("--users", type=int, default=24)
     parser.add_argument("--docs", type=int, default=4)
@@ -499,27 +493,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--mixes", default="rag,skewed")
     parser.add_argument("--seed", type=int, default=100)
-    parser.add_argument("--quiet-wait", type=float, default=40.0, help="minutes, at most")
-    parser.add_argument("--out", default="", help="folder for result.json, tables, logs")
     args = parser.parse_args()
-    out = out_dir("prefix", args.out)
-    quiet = wait_for_quiet(args.quiet_wait * 60)
-    result: dict[str, Any] = {
-        "args": vars(args),
-        "machine": machine(),
-        "quiet": asdict(quiet),
-        "gateway_commit": source_commit(args.gateway_src),
-    }
-    with Processes(out / "logs") as procs:
+
+    async def run(procs: Processes, out: Path) -> dict[str, Any]:
         bench = Bench(args, procs)
         bench.start()
-        result |= asyncio.run(run_all(bench, args))
-    result["machine_after"] = machine()
-    write_json(out / "result.json", result)
-    text = render(result, args)
-    (out / "tables.md").write_text(text)
-    print("\n" + text)
-    print(f"written to {out}")
+        return await run_all(bench, args)
+
+    run_benchmark("prefix", args, run, lambda result: render(result, args))
 
 
 if __name__ == "__main__":
