@@ -26,6 +26,22 @@ class Verdict:
     retry_after: float = 0.0
 
 
+class SlotCounts(dict[str, int]):
+    """Concurrent slots held per key; a key holding none is not kept."""
+
+    def take(self, key: str) -> int:
+        held = self[key] = self.get(key, 0) + 1
+        return held
+
+    def give_back(self, key: str) -> int:
+        held = self.get(key, 0) - 1
+        if held > 0:
+            self[key] = held
+        else:
+            self.pop(key, None)
+        return max(0, held)
+
+
 class LimitStore(Protocol):
     async def hit_requests(self, key: str, limit: int, window: int) -> Verdict:
         """Count one request against ``limit`` per ``window`` seconds."""

@@ -9,7 +9,7 @@ from limits import RateLimitItemPerSecond
 from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from app.state.base import Verdict
+from app.state.base import SlotCounts, Verdict
 
 
 @dataclass
@@ -34,7 +34,7 @@ class LocalLimits:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._requests = MovingWindowRateLimiter(MemoryStorage())
         self._logs: dict[str, _TokenLog] = {}
-        self._slots: dict[str, int] = {}
+        self._slots = SlotCounts()
         self._clock = clock
 
     async def hit_requests(self, key: str, limit: int, window: int) -> Verdict:
@@ -71,18 +71,13 @@ class LocalLimits:
         log.tokens[charge] = tokens
 
     async def acquire_slot(self, key: str, limit: int) -> bool:
-        held = self._slots.get(key, 0)
-        if held >= limit:
+        if self._slots.get(key, 0) >= limit:
             return False
-        self._slots[key] = held + 1
+        self._slots.take(key)
         return True
 
     def release_slot(self, key: str) -> None:
-        held = self._slots.get(key, 0) - 1
-        if held > 0:
-            self._slots[key] = held
-        else:
-            self._slots.pop(key, None)
+        self._slots.give_back(key)
 
 
 def _reset(log: _TokenLog, now: float, window: int) -> float:

@@ -19,7 +19,7 @@ from limits.aio.strategies import MovingWindowRateLimiter
 from redis.exceptions import RedisError
 
 from app.state import scripts
-from app.state.base import Verdict
+from app.state.base import SlotCounts, Verdict
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
 
@@ -41,7 +41,7 @@ class RedisLimits:
         self._settle = client.register_script(scripts.SETTLE_TOKENS)
         self._acquire = client.register_script(scripts.ACQUIRE_SLOT)
         # This replica's slots per key: the truth its heartbeat writes.
-        self._slots: dict[str, int] = {}
+        self._slots = SlotCounts()
         shared.on_heartbeat(self._beat)
 
     async def hit_requests(self, key: str, limit: int, window: int) -> Verdict:
@@ -80,7 +80,7 @@ class RedisLimits:
     async def acquire_slot(self, key: str, limit: int) -> bool:
         shared = self._shared
         # Counted here first: a heartbeat while Redis answers writes it too.
-        self._slots[key] = self._slots.get(key, 0) + 1
+        self._slots.take(key)
         try:
             keys = [shared.key("alive"), shared.key("slots", key)]
             args: list[str | int] = [shared.replica, limit, shared.lease_ms]
@@ -93,11 +93,7 @@ class RedisLimits:
         return taken
 
     def release_slot(self, key: str) -> None:
-        held = self._slots.get(key, 0) - 1
-        if held > 0:
-            self._slots[key] = held
-        else:
-            self._slots.pop(key, None)
+        held = self._slots.give_back(key)
         field, slots = self._shared.replica, self._shared.key("slots", key)
 
         async def write(_: object) -> None:
