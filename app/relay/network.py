@@ -15,6 +15,7 @@ full.
 
 import asyncio
 import contextlib
+import select
 import socket
 import ssl
 from collections.abc import Iterable
@@ -199,7 +200,12 @@ class AsyncioStream(AsyncNetworkStream):
         if info == "is_readable":
             # httpcore asks this of an idle pooled connection: anything to
             # read (or the engine having closed it) means it cannot be reused.
-            return connection.eof or bool(connection.buffer)
+            # The socket is asked too: a close that reached the kernel but
+            # not yet the protocol (the loop is busy) counts.
+            if connection.eof or connection.buffer:
+                return True
+            sock = transport.get_extra_info("socket")
+            return sock is not None and _socket_readable(sock.fileno())
         return None
 
 
@@ -247,6 +253,14 @@ class AsyncioBackend(AsyncNetworkBackend):
         await asyncio.sleep(seconds)
 
 
+def _socket_readable(fd: int) -> bool:
+    if fd < 0:
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 def _apply(connection: _Connection, options: Iterable[SocketOption] | None) -> None:
     """Socket options as httpcore passes them (asyncio already sets TCP_NODELAY)."""
     if not options or connection.transport is None:
@@ -259,8 +273,14 @@ def _apply(connection: _Connection, options: Iterable[SocketOption] | None) -> N
             sock.setsockopt(*option)
 
 
+# An idle connection is dropped before the engine drops it: vLLM's server
+# (uvicorn) closes connections idle for 5 s, and a request sent on one just
+# as it closes fails without an answer.
+KEEPALIVE_EXPIRY = 3.0
+
+
 def engine_transport(
-    max_connections: int, max_keepalive: int, keepalive_expiry: float = 5.0
+    max_connections: int, max_keepalive: int, keepalive_expiry: float = KEEPALIVE_EXPIRY
 ) -> httpx.AsyncHTTPTransport:
     """httpx's transport with httpcore's pool (HTTP/1.1, limits, keep-alive)
     on this backend. httpx takes no network backend, so its pool is replaced."""

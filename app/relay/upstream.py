@@ -63,7 +63,13 @@ class EngineClient:
             timeout=self._stream_timeout if stream else self._non_stream_timeout,
         )
         try:
-            response = await self._http.send(request, stream=True)
+            try:
+                response = await self._http.send(request, stream=True)
+            except httpx.RemoteProtocolError:
+                # Closed before any answer: a kept-alive connection the
+                # engine closed as the request went out (it never read it).
+                # Once more, on another connection.
+                response = await self._http.send(request, stream=True)
         except httpx.PoolTimeout as exc:
             raise PoolExhausted(
                 "no free connection to the engine in the gateway's pool; retry shortly",

@@ -5,6 +5,8 @@ falls behind (reading pauses, then resumes), and the client closing (the
 engine sees its end of the connection close)."""
 
 import asyncio
+import contextlib
+import select
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
@@ -17,6 +19,8 @@ import uvloop
 
 from app.relay import network
 from app.relay.network import AsyncioBackend, AsyncioStream, engine_transport
+from app.relay.upstream import EngineClient
+from app.settings import Settings
 
 
 @dataclass
@@ -157,12 +161,77 @@ async def test_an_http_stream_through_the_pool_and_its_close_reaches_the_engine(
         assert await asyncio.wait_for(reader.read(), 5) == b""  # the engine sees EOF
 
 
+async def test_an_idle_connection_the_engine_closed_is_not_reused() -> None:
+    """The engine's close counts as soon as it reaches the socket, before
+    the event loop has told the protocol (a busy loop tells it late)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        port = listener.getsockname()[1]
+        stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=5)
+        assert isinstance(stream, AsyncioStream)
+        engine_side, _ = listener.accept()
+        assert stream.get_extra_info("is_readable") is False
+
+        engine_side.close()
+        # Wait for the close to arrive without running the event loop.
+        fd = stream.get_extra_info("socket").fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        assert poller.poll(5000)
+        assert not stream._connection.eof  # the protocol has not heard yet
+        assert stream.get_extra_info("is_readable") is True
+        await stream.aclose()
+    finally:
+        listener.close()
+
+
+async def test_a_request_the_engine_closed_on_without_an_answer_is_sent_once_more() -> None:
+    """A kept-alive connection the engine closes just as a request goes out:
+    the request goes again on a new connection, and the caller sees one
+    answer."""
+    connections = 0
+    requests = 0
+
+    async def engine(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections, requests
+        connections += 1
+        first = connections == 1
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                requests += 1
+                if first and requests == 2:
+                    break  # the second request on the first connection: closed unanswered
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+        writer.close()
+
+    srv = await asyncio.start_server(engine, "127.0.0.1", 0)
+    port = srv.sockets[0].getsockname()[1]
+    client = EngineClient(Settings(upstream_url=f"http://127.0.0.1:{port}"))
+    try:
+        for _ in range(2):
+            response = await client.open(
+                f"http://127.0.0.1:{port}", "/v1/completions", b"{}", "id", stream=False
+            )
+            assert (response.status_code, await response.aread()) == (200, b"ok")
+            await response.aclose()
+        assert (connections, requests) == (2, 3)
+    finally:
+        await client.aclose()
+        srv.close()
+        await srv.wait_closed()
+
+
 @pytest.mark.parametrize(
     "scenario",
     [
         test_a_read_returns_what_arrived_and_waits_for_more,
         test_the_engine_closing_reads_as_end_of_stream,
         test_an_http_stream_through_the_pool_and_its_close_reaches_the_engine,
+        test_an_idle_connection_the_engine_closed_is_not_reused,
     ],
 )
 def test_the_same_under_uvloop(scenario: Callable[[], Coroutine[None, None, None]]) -> None:
