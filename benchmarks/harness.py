@@ -578,7 +578,8 @@ def out_dir(name: str, given: str) -> Path:
     """Where a benchmark writes its JSON, tables and logs: ``given``, or
     ``reports/<name>-<UTC time>``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    path = Path(given) if given else ROOT / "reports" / f"{name}-{stamp}"
+    # Absolute: a gateway run from another source tree has its own working directory.
+    path = (Path(given) if given else ROOT / "reports" / f"{name}-{stamp}").resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
