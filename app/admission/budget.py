@@ -76,6 +76,7 @@ class EngineBudget:
         self._calm_ticks = 0
         self._hold = 0
         self._capped_ticks = 0
+        self._capped_running = 0.0
 
     # --- capacity -----------------------------------------------------------
 
@@ -208,16 +209,23 @@ class EngineBudget:
 
     def observe_queue(self, running: float, waiting: float, kv_usage: float) -> None:
         """Learn the engine's own sequence cap: requests waiting in the
-        engine for several ticks while its KV cache has room means it runs
-        all it may (``--max-num-seqs``); what it runs then is the cap, so
-        admission keeps the excess in the gateway's queue instead."""
+        engine for several ticks while its KV cache has room and what it runs
+        stays level means it runs all it may (``--max-num-seqs``); what it
+        runs then is the cap, so admission keeps the excess in the gateway's
+        queue instead. While what it runs still rises, the engine is taking
+        a burst in (prefill is paced per step) and the wait says nothing of
+        its cap: learning then would cap the engine low for good, since the
+        gateway's queue keeps the engine's own empty from then on."""
         # Not right after a preemption: preempted requests wait too.
         calm = self._hold == 0
         if calm and waiting > 0 and running > 0 and kv_usage < self.config.headroom:
-            self._capped_ticks += 1
+            rising = running > self._capped_running
+            self._capped_running = running
+            self._capped_ticks = 1 if rising else self._capped_ticks + 1
             if self._capped_ticks >= self.config.patience:
                 learned = int(running)
                 if self.sequence_cap is None or learned > self.sequence_cap:
                     self.sequence_cap = learned
         else:
             self._capped_ticks = 0
+            self._capped_running = 0.0

@@ -114,6 +114,18 @@ def test_the_engines_sequence_cap_is_learned_from_its_own_queue() -> None:
     assert c.sequence_cap is None
 
 
+def test_a_burst_the_engine_is_still_taking_in_teaches_no_cap() -> None:
+    """A burst arrives: requests wait in the engine while it prefills them a
+    step at a time, and what it runs rises tick after tick. That wait is no
+    cap; once what it runs stays level with requests still waiting, it is."""
+    b = budget(blocks=100, max_sequences=256, patience=2)
+    for running in (20, 41, 54, 80, 101, 128):
+        b.observe_queue(running=running, waiting=100, kv_usage=0.3)
+        assert b.sequence_cap is None
+    b.observe_queue(running=128, waiting=60, kv_usage=0.3)
+    assert b.sequence_cap == 128
+
+
 def test_a_prefix_requests_share_on_one_engine_is_counted_once() -> None:
     """A 1,000-token document in front of each question: the second request
     on the same engine is charged only what it does not share."""
