@@ -264,7 +264,9 @@ class AdmissionController:
             f"waited {self._queue_timeout:g}s in the gateway's queue; retry after the time"
             " given in Retry-After",
             reason="queue_timeout",
-            retry_after=self.policy.retry_after(time.monotonic(), waiter.tokens, waiter.tenant),
+            retry_after=self.policy.retry_after(
+                time.monotonic(), waiter.tokens, waiter.tenant, waiter.priority
+            ),
         )
 
     def give_back(self, reservation: Reservation, used: tuple[int, int] | None = None) -> None:

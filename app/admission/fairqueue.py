@@ -89,6 +89,36 @@ class FairQueue:
                 break
         return ahead
 
+    def tokens_ahead(self, priority: str, tenant: str | None) -> int:
+        """Tokens the order admits before a new request of ``tenant`` at
+        ``priority``: every class above, its tenant's own queued requests,
+        and of each other tenant's those that start (in tokens admitted)
+        before it would. A tenant that has been served little goes ahead of
+        most of a heavy tenant's backlog: its wait is not the whole queue's.
+        ``tenant`` None: everything at ``priority`` or above."""
+        if tenant is None:
+            return self.tokens_up_to(priority)
+        ahead = 0
+        for name in PRIORITIES:
+            cls = self._classes[name]
+            if name != priority:
+                ahead += cls.tokens
+                continue
+            own = sum(w.tokens for w in cls.queues.get(tenant, ()))
+            start = max(cls.served.get(tenant, 0.0), cls.vtime) + own
+            ahead += own
+            for other, queue in cls.queues.items():
+                if other == tenant:
+                    continue
+                clock = cls.served[other]
+                for waiter in queue:
+                    if clock > start:
+                        break
+                    ahead += waiter.tokens
+                    clock += waiter.tokens
+            return ahead
+        return ahead
+
     @property
     def tokens(self) -> int:
         return sum(cls.tokens for cls in self._classes.values())

@@ -81,13 +81,18 @@ on.
 *Refusing early.* The queue drains at a rate the policy measures: tokens
 admitted out of a backlog per second of backlog (idle time does not count, so
 a quiet spell does not make the engine look slow). A new request whose
-predicted wait — the tokens queued ahead of it over that rate — is longer
-than the queue's deadline is refused at once rather than after the deadline,
-and so is any request beyond the queue's maximum depth.
+predicted wait — the tokens the order admits before it, over that rate — is
+longer than the queue's deadline is refused at once rather than after the
+deadline, and so is any request beyond the queue's maximum depth. "Before
+it" is the fair order's, not the queue's length: the classes above, its own
+tenant's backlog, and of every other tenant only what that tenant starts
+before it would. Counting the whole queue would refuse a light tenant
+whenever a heavy one had filled the queue up to the deadline, which is
+starvation by another road.
 
-*Retry-After.* A refused client is told when the queue as it stands will have
-drained, at the measured rate (the fleet's: every engine admits from the one
-queue). Clients refused together must not all come back together, so each
+*Retry-After.* A refused client is told when what the order admits before it
+will have been admitted, at the measured rate (the fleet's: every engine
+admits from the one queue). Clients refused together must not all come back together, so each
 refusal also books its own tokens' worth of drain time after the previous
 booking: returning clients arrive spread out at the rate the queue drains,
 and an honoured Retry-After mostly leads to admission. Bookings are kept per
@@ -177,13 +182,15 @@ class AdmissionPolicy:
         depth or its bytes, or the predicted wait is longer than the
         deadline. ``front``: a retry, which already waited its turn."""
         if not front:
-            wait = self.predicted_wait(waiter.priority, waiter.tokens)
+            wait = self.predicted_wait(waiter.priority, waiter.tokens, waiter.tenant)
             if (
                 self.queued >= self.config.max_queue_depth
                 or self.queue.size + waiter.size > self.config.max_queue_bytes
                 or (wait is not None and wait > self.config.max_wait)
             ):
-                raise QueueFull(self.retry_after(now, waiter.tokens, waiter.tenant))
+                raise QueueFull(
+                    self.retry_after(now, waiter.tokens, waiter.tenant, waiter.priority)
+                )
         waiter.round = self._round
         self.queue.add(waiter, front=front)
         self._drain.tick(now, backlog=True)
@@ -299,15 +306,20 @@ class AdmissionPolicy:
         """Tokens (worst case) admitted per second out of a backlog."""
         return self._drain.rate()
 
-    def predicted_wait(self, priority: str, tokens: int = 0) -> float | None:
-        """Seconds until the tokens queued at ``priority`` or above (plus
-        ``tokens``) should have been admitted; None without a measured rate."""
+    def predicted_wait(
+        self, priority: str, tokens: int = 0, tenant: str | None = None
+    ) -> float | None:
+        """Seconds until what the order admits before a new request of
+        ``tenant`` at ``priority`` (plus its own ``tokens``) should have been
+        admitted; None without a measured rate."""
         rate = self._drain.rate()
         if rate is None:
             return None
-        return (self.queue.tokens_up_to(priority) + tokens) / rate
+        return (self.queue.tokens_ahead(priority, tenant) + tokens) / rate
 
-    def retry_after(self, now: float, tokens: int = 0, tenant: str = "") -> float:
+    def retry_after(
+        self, now: float, tokens: int = 0, tenant: str = "", priority: str | None = None
+    ) -> float:
         """Seconds a refused request of ``tokens`` should wait before coming
         back (see the module docstring); books that time for ``tenant``.
         Until the drain rate has been measured (the backlog just formed), the
@@ -320,7 +332,8 @@ class AdmissionPolicy:
             if capacity is None:
                 return self.config.cold_turnover
             rate = capacity / self.config.cold_turnover
-        queue_drained = now + self.queue.tokens / rate
+        ahead = self.queue.tokens if priority is None else self.queue.tokens_ahead(priority, tenant)
+        queue_drained = now + ahead / rate
         come_back = max(queue_drained, self._promised.get(tenant, 0.0)) + tokens / rate
         come_back = min(come_back, now + self.config.max_retry_after)
         self._promised[tenant] = come_back

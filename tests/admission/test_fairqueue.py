@@ -106,3 +106,21 @@ def test_a_retry_goes_to_the_front_of_its_tenants_queue() -> None:
     retry = waiter(at=0)
     queue.add(retry, front=True)
     assert queue.head() is retry
+
+
+def test_what_goes_ahead_of_a_new_request_is_the_fair_orders_not_the_queues() -> None:
+    """A heavy tenant has ten requests queued: a light tenant's new request
+    goes ahead of all but what the heavy one is owed before it (its first);
+    the heavy tenant's own next request waits behind everything."""
+    queue = FairQueue()
+    for i in range(10):
+        queue.add(waiter("heavy", at=i))
+    queue.add(waiter("top", "high", tokens=50))
+    assert queue.tokens_ahead("normal", "light") == 50 + 100
+    assert queue.tokens_ahead("normal", "heavy") == 50 + 1000
+    assert queue.tokens_ahead("normal", None) == queue.tokens_up_to("normal") == 1050
+    # Served in that order: the light request is admitted second of its class.
+    light = waiter("light", at=20)
+    queue.add(light)
+    serve(queue, 1)  # the high one
+    assert light in serve(queue, 2)

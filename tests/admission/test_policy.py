@@ -361,3 +361,15 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
         assert p.release(reservation)
     for engine in p.engines.values():
         assert (engine.in_flight, engine.reserved_blocks, engine.running_sequences) == (0, 0, 0)
+
+
+def test_a_light_tenant_is_not_refused_for_a_heavy_tenants_backlog() -> None:
+    """The heavy tenant has queued up to the deadline: its next request is
+    refused, but a light tenant's waits only for its fair turn and is queued."""
+    p = policy(blocks=1, max_wait=4.0)
+    backlog_draining_at_100_tokens_a_second(p)
+    add(p, waiter("t", tokens=100, at=6))  # "t" now has ~3 s queued
+    with pytest.raises(QueueFull):
+        add(p, waiter("t", tokens=200, at=6))
+    light = add(p, waiter("light", tokens=200, at=6))
+    assert light in p.queue
