@@ -236,7 +236,12 @@ class AdmissionController:
                 self._expire(expired)
                 if decision is None:
                     break
-                if not await shared.hold(decision):
+                answer = await shared.hold(decision)
+                if answer == "wait":
+                    # Another replica's head goes first: asking again at
+                    # once would only spin on Redis until it is admitted.
+                    break
+                if answer == "again":
                     continue
                 if not self.policy.still_queued(decision.waiter):
                     # The client left while Redis answered.
@@ -245,7 +250,7 @@ class AdmissionController:
                     continue
                 self._wake(decision.waiter, self.policy.commit(decision))
                 shared.committed()
-            shared.publish_heads()
+            shared.publish_waiting()
             self._publish()
 
     def _wake(self, waiter: Waiter, reservation: Reservation) -> None:

@@ -10,7 +10,7 @@ left, its deadline passed) or drained.
 
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from app.identity import PRIORITIES
@@ -176,16 +176,6 @@ class FairQueue:
 
     # --- shared clocks (several replicas) --------------------------------------
 
-    def heads(self) -> dict[str, str | None]:
-        """The tenant at the head of each class (None where none waits)."""
-        out: dict[str, str | None] = {}
-        for name, cls in self._classes.items():
-            if cls.queues:
-                out[name] = min(cls.queues, key=lambda t: (cls.served[t], cls.queues[t][0].arrival))
-            else:
-                out[name] = None
-        return out
-
     def queued_tenants(self) -> dict[str, list[str]]:
         return {name: list(cls.queues) for name, cls in self._classes.items() if cls.queues}
 
@@ -197,6 +187,16 @@ class FairQueue:
         for tenant, clock in served.items():
             if tenant in cls.served:
                 cls.served[tenant] = max(cls.served[tenant], clock)
+
+    def set_starts(self, priority: str, starts: Mapping[str, float], vtime: float) -> None:
+        """Take the fleet's clocks as they are for the tenants queued here
+        (the fleet found one of them starting earlier than this replica's
+        copy said): the order here then agrees with the fleet's."""
+        cls = self._classes[priority]
+        cls.vtime = max(cls.vtime, vtime)
+        for tenant, start in starts.items():
+            if tenant in cls.queues:
+                cls.served[tenant] = start
 
     # --- order --------------------------------------------------------------
 

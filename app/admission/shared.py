@@ -23,16 +23,20 @@ import asyncio
 import logging
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Literal
 
 from redis.exceptions import RedisError
 
 from app.admission.budget import EngineBudget, Reservation
 from app.admission.policy import AdmissionPolicy, Decision
 from app.engine.monitor import engine_label
+from app.identity import PRIORITIES
 from app.metrics import GatewayMetrics
 from app.state.fleet import FleetState, Holding
 
 log = logging.getLogger("gateway.admission")
+
+HoldAnswer = Literal["held", "again", "wait"]
 
 
 class SharedBudgets:
@@ -48,20 +52,24 @@ class SharedBudgets:
         fleet.on_change(self._on_change)
         self._on_view: list[Callable[[], None]] = []
         self._clock: tuple[str, str, float, float] | None = None
-        self._heads: dict[str, str | None] = {}
+        self._waiting: dict[str, list[str]] = {}
         metrics.shared_state_up.set(0)
 
     @property
     def up(self) -> bool:
         return self._fleet.up
 
-    async def hold(self, decision: Decision) -> bool:
-        """Hold the decided request in Redis; False if the fleet has no room.
-        With Redis down, the decision (made on this replica's share) stands."""
+    async def hold(self, decision: Decision) -> HoldAnswer:
+        """Hold the decided request in Redis. "held": admit it; "again": the
+        fleet's view changed (no room on that engine, or a tenant queued
+        here starts earlier on the fleet's clock than this one): decide
+        again; "wait": another replica's waiter goes first. With Redis down,
+        the decision (made on this replica's share) stands."""
         if not self._fleet.up:
-            return True
+            return "held"
         budget, waiter = decision.budget, decision.waiter
         blocks, sequences = budget.charged(waiter)
+        queue = self._policy.queue
         try:
             async with self._lock:
                 held = await self._fleet.hold(
@@ -69,17 +77,23 @@ class SharedBudgets:
                     (blocks, sequences, 1),
                     (budget.budget_blocks, budget.max_sequences),
                     (waiter.priority, waiter.tenant, waiter.tokens),
+                    queue.queued_tenants().get(waiter.priority, ()),
                 )
         except RedisError:
-            return True
+            return "held"
         if held.not_my_turn:
-            # Another replica's waiter goes first; it is admitted there, and
-            # this queue is looked at again shortly.
-            return False
+            # It is admitted there; this queue is looked at again shortly.
+            return "wait"
+        if held.starts is not None:
+            # This replica's copy of the clocks lagged what the others
+            # admitted: take the fleet's, and the order picks another head.
+            queue.set_starts(waiter.priority, held.starts, held.vtime)
+            return "again"
         self._see(budget, (held.blocks, held.sequences, held.requests))
-        if held.ok:
-            self._clock = (waiter.priority, waiter.tenant, held.served, held.vtime)
-        return held.ok
+        if not held.ok:
+            return "again"
+        self._clock = (waiter.priority, waiter.tenant, held.served, held.vtime)
+        return "held"
 
     def committed(self) -> None:
         """The held request was admitted here (its tenant charged on this
@@ -90,13 +104,14 @@ class SharedBudgets:
             self._policy.queue.sync_clocks(priority, {tenant: served}, vtime)
             self._clock = None
 
-    def publish_heads(self) -> None:
-        """Tell the fleet who heads this replica's queue, when it changed."""
-        heads = self._policy.queue.heads()
-        changed = {p: t for p, t in heads.items() if self._heads.get(p) != t}
+    def publish_waiting(self) -> None:
+        """Tell the fleet which tenants wait here, where that changed."""
+        waiting = {p: sorted(t) for p, t in self._policy.queue.queued_tenants().items()}
+        every: dict[str, list[str]] = {p: waiting.get(p, []) for p in PRIORITIES}
+        changed = {p: t for p, t in every.items() if self._waiting.get(p) != t}
         if changed and self._fleet.up:
-            self._fleet.publish_heads(changed)
-            self._heads = heads
+            self._fleet.publish_waiting(changed)
+            self._waiting = every
 
     def release(self, reservation: Reservation) -> None:
         if self._fleet.up:
@@ -140,7 +155,7 @@ class SharedBudgets:
 
     def _on_change(self, up: bool) -> None:
         self._metrics.shared_state_up.set(1 if up else 0)
-        self._heads = {}  # published again from scratch
+        self._waiting = {}  # published again from scratch
         share = 1.0 if up else 1.0 / self._fleet.replicas
         for budget in self._policy.engines.values():
             budget.share = share

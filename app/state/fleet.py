@@ -3,7 +3,7 @@ each engine (KV blocks, sequences, requests), and the tenants' fair-share
 clocks. In Redis; admission (``app.admission.shared``) decides with it.
 """
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.identity import PRIORITIES
@@ -28,6 +28,14 @@ class Held:
     # The tenant's clock and the class's, after the charge (held only).
     served: float = 0.0
     vtime: float = 0.0
+    # Refused because a tenant queued at this replica starts earlier on the
+    # fleet's clock than the one asked for: the fleet's starts of both and of
+    # every tenant queued here, for the replica to decide again with.
+    starts: Mapping[str, float] | None = None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class FleetState:
@@ -58,37 +66,52 @@ class FleetState:
         want: Holding,
         limits: tuple[int | None, int],
         tenant: tuple[str, str, int],
+        rivals: Iterable[str] = (),
     ) -> Held:
         """Hold ``want`` on ``engine`` if the fleet's holdings leave room
         within ``limits`` (budget blocks, sequence cap), charging ``tenant``
-        (priority, tenant, tokens) on its class's clock."""
+        (priority, tenant, tokens) on its class's clock. ``rivals``: the
+        other tenants queued at this replica in that class."""
         shared = self._shared
         budget, cap = limits
         priority, name, tokens = tenant
         order: list[str] = list(PRIORITIES)
         higher = order[: order.index(priority)]
         keys = [shared.key("alive"), *self._keys(engine), shared.key("fair", priority)]
-        keys += [shared.key("heads", c) for c in (priority, *higher)]
+        keys += [shared.key("waiting", c) for c in (priority, *higher)]
         args: list[str | int] = [shared.replica, want[0], want[1]]
         args += [-1 if budget is None else budget, cap, shared.lease_ms, name, tokens]
+        args += [rival for rival in rivals if rival != name]
         answer = await shared.call(lambda _: self._hold(keys=keys, args=args))
-        ok, blocks, sequences, requests, served, vtime = answer
+        ok, blocks, sequences, requests, served, vtime = answer[:6]
         fleet = (int(blocks), int(sequences), int(requests))
-        return Held(int(ok) == 1, int(ok) == 2, *fleet, served=float(served), vtime=float(vtime))
+        starts = None
+        if int(ok) == 3:
+            pairs = answer[6:]
+            starts = {_text(t): float(c) for t, c in zip(pairs[::2], pairs[1::2], strict=True)}
+        return Held(
+            int(ok) == 1,
+            int(ok) == 2,
+            *fleet,
+            served=float(served),
+            vtime=float(vtime),
+            starts=starts,
+        )
 
-    def publish_heads(self, heads: Mapping[str, str | None]) -> None:
-        """Tell the fleet which tenant heads this replica's queue in each
-        class (None: nothing waits there)."""
+    def publish_waiting(self, waiting: Mapping[str, Sequence[str]]) -> None:
+        """Tell the fleet which tenants wait at this replica in each class
+        (none: nothing waits there)."""
         shared = self._shared
 
         async def write(client: object) -> None:
             pipe = shared.client.pipeline(transaction=False)
-            for priority, tenant in heads.items():
-                key = shared.key("heads", priority)
-                if tenant is None:
-                    pipe.hdel(key, shared.replica)
+            for priority, tenants in waiting.items():
+                key = shared.key("waiting", priority)
+                if tenants:
+                    # Tenant ids never hold a newline (app.identity).
+                    pipe.hset(key, shared.replica, "\n".join(tenants))
                 else:
-                    pipe.hset(key, shared.replica, tenant)
+                    pipe.hdel(key, shared.replica)
             await pipe.execute()
 
         shared.send(write)

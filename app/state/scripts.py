@@ -9,16 +9,23 @@ when its lease runs out, with nothing to clean up first.
 """
 
 # KEYS: alive, blocks:{engine}, sequences:{engine}, requests:{engine},
-#       fair:{class}, heads:{class}, then heads:{c} of every higher class
+#       fair:{class}, waiting:{class}, then waiting:{c} of every higher class
 # ARGV: replica, blocks, sequences, budget_blocks (-1: unknown), max_sequences,
-#       lease_ms, tenant, tokens
+#       lease_ms, tenant, tokens, then the other tenants waiting at this
+#       replica in the class
 # Holds the request on the engine if it is the fleet's turn for it and it
 # fits what every live replica holds, and charges its tenant's fair-share
-# clock. The turn: no live replica has a request waiting in a higher class,
-# and none has a head of this class whose tenant starts earlier on the
-# class's clock (each replica publishes its heads in heads:{class}). Returns
-# {0 refused for room / 1 held / 2 not its turn, fleet blocks, fleet
-# sequences, fleet requests (before this one), tenant's clock, class clock}.
+# clock. The turn is decided on the fleet's clocks alone: no live replica
+# has a request waiting in a higher class, and no tenant waiting anywhere in
+# this class starts earlier (each replica publishes the tenants waiting
+# there in waiting:{class}, one per line; this replica's own are in ARGV,
+# current). A replica picks its candidate by its own copy of the clocks,
+# which lags what the others admitted; the copy does not decide the turn.
+# Returns {0 refused for room / 1 held / 2 a tenant waiting at another
+# replica goes first / 3 one waiting here goes first, fleet blocks, fleet
+# sequences, fleet requests (before this one), tenant's clock, class clock},
+# and for 3 the fleet's start of this tenant and of each one waiting here
+# (pairs), for the replica to decide again with.
 HOLD = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -38,12 +45,27 @@ local function start(tenant)
   return math.max(tonumber(redis.call('HGET', KEYS[5], tenant) or '0'), vtime)
 end
 local mine = start(ARGV[7])
+local earlier = false
+local starts = {ARGV[7], tostring(mine)}
+for i = 9, #ARGV do
+  local clock = start(ARGV[i])
+  if clock < mine then earlier = true end
+  starts[#starts + 1] = ARGV[i]
+  starts[#starts + 1] = tostring(clock)
+end
+if earlier then
+  local out = {3, blocks, sequences, requests, '0', tostring(vtime)}
+  for _, v in ipairs(starts) do out[#out + 1] = v end
+  return out
+end
 for i = 6, #KEYS do
-  local heads = redis.call('HMGET', KEYS[i], unpack(live))
-  for j, head in ipairs(heads) do
-    if head and live[j] ~= replica and head ~= ARGV[7] then
-      if i > 6 or start(head) < mine then
-        return {2, blocks, sequences, requests, '0', '0'}
+  local waiting = redis.call('HMGET', KEYS[i], unpack(live))
+  for j, tenants in ipairs(waiting) do
+    if tenants and live[j] ~= replica then
+      for tenant in string.gmatch(tenants, '[^\\n]+') do
+        if i > 6 or (tenant ~= ARGV[7] and start(tenant) < mine) then
+          return {2, blocks, sequences, requests, '0', '0'}
+        end
       end
     end
   end

@@ -9,6 +9,7 @@ import signal
 import httpx
 
 from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle, wait_until
+from tests.support.fairness import heavy_admitted_before_light_finished
 from tests.support.streams import hold_streams
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
@@ -36,8 +37,9 @@ def queue_depth(gateway: Gateway) -> float:
 async def test_tenants_get_a_fair_share_of_admitted_tokens(
     idle_engine: Engine, start_gateway: StartGateway
 ) -> None:
-    """Tenant A sends ten times B's load at equal priority; while both have
-    requests waiting, B gets at least 40% of the tokens admitted."""
+    """Tenant A sends ten times B's load at equal priority, B's requests
+    last: B is served within A's backlog, not after it (the share while both
+    wait is measured in-process, tests/admission/test_fair_order.py)."""
     gateway = start_gateway(idle_engine.url, max_concurrency=2, queue_timeout=300)
 
     async def one(http: httpx.AsyncClient, tenant: str, i: int) -> None:
@@ -60,19 +62,11 @@ async def test_tenants_get_a_fair_share_of_admitted_tokens(
 
     entries = [e for e in access_log(gateway) if str(e["request_id"]).startswith("fair-")]
     assert len(entries) == 44
-    for entry in entries:
-        entry["admitted"] = float(entry["arrival_ts"]) + float(entry["queue_s"])  # type: ignore[arg-type]
-        entry["tokens"] = int(entry["prompt_tokens"]) + int(entry["completion_tokens"])  # type: ignore[call-overload]
-    b_entries = [e for e in entries if e["tenant"] == "B"]
-    window_start = max(float(e["arrival_ts"]) for e in b_entries)  # type: ignore[arg-type]
-    window_end = max(float(e["admitted"]) for e in b_entries)  # type: ignore[arg-type]
-    admitted = [e for e in entries if window_start <= float(e["admitted"]) <= window_end]  # type: ignore[arg-type]
-    tokens = {"A": 0, "B": 0}
-    for entry in admitted:
-        tokens[str(entry["tenant"])] += int(entry["tokens"])  # type: ignore[call-overload]
-    share = tokens["B"] / (tokens["A"] + tokens["B"])
-    print(f"\nB's share of admitted tokens while both waited: {share:.0%} ({tokens})")
-    assert share >= 0.40
+    before, heavy = heavy_admitted_before_light_finished(entries, light="B")
+    print(f"\nA's requests admitted before B's last: {before} of {heavy}")
+    # Fair: B's four alternate with A's from when they arrive; in arrival
+    # order they would follow all 40.
+    assert before <= heavy / 2
 
 
 async def test_a_client_that_leaves_while_queued_never_reaches_the_engine(

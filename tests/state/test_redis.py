@@ -120,21 +120,42 @@ async def test_with_redis_down_each_replica_keeps_to_its_share(
     assert first.up
 
 
-async def test_a_replica_waits_its_turn_behind_another_replicas_head(
+async def test_a_replica_waits_its_turn_behind_a_tenant_waiting_at_another(
     replicas: list[SharedRedis],
 ) -> None:
     first, second = (FleetState(one) for one in replicas)
     # "heavy" has been served 500 tokens; "light" nothing yet.
     assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
-    # The first replica (alive: its lease renewed) has "light" at its head.
+    # The first replica (alive: its lease renewed) has "light" waiting,
+    # behind "heavy" in its own (lagging) copy of the clocks.
     await first.heartbeat({})
-    await replicas[0].client.hset("{gw}:heads:normal", replicas[0].replica, "light")
+    waiting = "{gw}:waiting:"
+    await replicas[0].client.hset(waiting + "normal", replicas[0].replica, "heavy\nlight")
     turn = await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))
     assert turn.not_my_turn
     assert not turn.ok
     assert (await first.hold("e", (1, 1, 1), (100, 100), ("normal", "light", 10))).ok
-    # A head in a higher class goes before any normal request.
-    await replicas[0].client.hset("{gw}:heads:high", replicas[0].replica, "vip")
-    await replicas[0].client.hdel("{gw}:heads:normal", replicas[0].replica)
+    # A request waiting in a higher class goes before any normal request.
+    await replicas[0].client.hset(waiting + "high", replicas[0].replica, "vip")
+    await replicas[0].client.hdel(waiting + "normal", replicas[0].replica)
     assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))).not_my_turn
     assert (await second.hold("e", (1, 1, 1), (100, 100), ("high", "other", 10))).ok
+
+
+async def test_a_replica_whose_copy_of_the_clocks_lags_is_told_the_fleets(
+    replicas: list[SharedRedis],
+) -> None:
+    first, second = (FleetState(one) for one in replicas)
+    # The second replica admitted 500 of "heavy"'s tokens; the first still
+    # thinks "heavy" is behind "light" and asks for "heavy" with "light"
+    # waiting beside it.
+    assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
+    turn = await first.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10), ["light"])
+    assert not turn.ok
+    assert not turn.not_my_turn
+    assert turn.starts == {"heavy": 500.0, "light": 0.0}
+    # Nothing was held or charged for the refused request.
+    assert (await first.hold("e", (1, 1, 1), (100, 100), ("normal", "light", 10), ["heavy"])).ok
+    again = await first.hold("e", (1, 1, 1), (100, 100), ("normal", "light", 10), ["heavy"])
+    assert again.ok
+    assert again.served == 20.0
