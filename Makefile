@@ -24,7 +24,7 @@ ENGINE_TORCH_INDEX ?=
 SHAPE ?= degradation
 TARGET ?= gateway
 
-.PHONY: setup up test lint load load-compare bench lock clean experiments
+.PHONY: setup up test test-unit lint load load-compare bench lock clean experiments
 
 setup: $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready
 
@@ -61,6 +61,12 @@ lint: $(VENV)/.ready
 test: setup lint
 	$(VENV)/bin/python -m pytest
 	$(MAKE) test-containers
+
+# The pure and in-process tests alone: no engine, no Redis, no root, no
+# system packages (tests/support/live.py says which tests need the machine).
+.PHONY: test-unit
+test-unit: $(VENV)/.ready
+	GATEWAY_TESTS_UNIT_ONLY=1 $(VENV)/bin/python -m pytest -m "not live"
 
 # The images built from the project's Dockerfiles and the CPU compose stack run
 # with podman and checked as a user would (tests/containers/). The setup script
