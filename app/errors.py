@@ -8,9 +8,39 @@ for rejections, the ``reason`` label of ``gateway_rejections_total``.
 Nothing here imports the web framework: admission, keys and the relay raise
 these errors; ``app.responses`` is the one place that turns them into HTTP
 responses, and ``sse_error_event`` into the final event of a broken stream.
+
+``Retry-After`` is in whole seconds rounded up, at least 1: a client that
+waits it out is never early. Where a refusal's state says when the request
+would pass, the value is computed from it:
+
+- ``over_capacity`` (429: the queue full, a predicted wait past the deadline,
+  or the deadline passed in the queue): the admission policy's prediction —
+  when what the fair order admits before the request will have been
+  admitted, plus its own tokens, at the queue's measured drain rate (before
+  a rate is measured, the fleet is assumed to turn its KV cache over every
+  2 s), booked per tenant so that clients refused together come back spread
+  out, at most 60 s (``app.admission.policy``);
+- ``rate_limit_exceeded`` over requests or tokens per window (429): when
+  enough of the key's window will have left it for the request to pass — the
+  moving window's oldest request, the token log's oldest charges — in process
+  or in Redis (``app.state``). OpenAI's ``x-ratelimit-reset-*`` are in
+  milliseconds rounded up: for tokens, until the key's window is empty; for
+  requests, until its oldest request leaves it (the number ``Retry-After``
+  comes from);
+- an engine's own error status: the engine's ``Retry-After``, passed on (a
+  503 without one gets ``GATEWAY_RETRY_AFTER_UNAVAILABLE``).
+
+Where nothing says when, it is a constant: ``GATEWAY_RETRY_AFTER_UNAVAILABLE``
+(5 s) for 503 draining, no engine available and overloaded (too many requests
+being received); 1 s for a key at its ``max_concurrent`` (which of its
+requests ends first is not known), the gateway's engine connection pool
+exhausted, and no engine for the model with admission off. Failures (502,
+504, an engine that could not be reached, a request cut off by shutdown)
+carry none.
 """
 
 import json
+import math
 from typing import Any, Literal
 
 Outcome = Literal["completed", "rejected", "cancelled", "failed"]
@@ -55,7 +85,7 @@ class GatewayError(Exception):
     def headers(self) -> dict[str, str]:
         headers = dict(self.extra_headers)
         if self.retry_after is not None:
-            headers["Retry-After"] = str(max(1, round(self.retry_after)))
+            headers["Retry-After"] = str(max(1, math.ceil(self.retry_after)))
         return headers
 
 

@@ -9,7 +9,7 @@ from app.responses import error_response
 def test_rejections_carry_retry_after_and_openai_shape() -> None:
     response = error_response(OverCapacity("full", reason="queue_full", retry_after=2.4))
     assert response.status_code == 429
-    assert response.headers["retry-after"] == "2"
+    assert response.headers["retry-after"] == "3"
     body = json.loads(bytes(response.body))
     assert set(body["error"]) == {"message", "type", "param", "code"}
 

@@ -89,6 +89,9 @@ tenant's backlog, and of every other tenant only what that tenant starts
 before it would. Counting the whole queue would refuse a light tenant
 whenever a heavy one had filled the queue up to the deadline, which is
 starvation by another road.
+A request the order would admit at once (nothing before it waits, an
+engine has room) is never refused early: a rate measured on small requests
+would otherwise turn a large one away from an idle engine for good.
 
 *Retry-After.* A refused client is told when what the order admits before it
 will have been admitted, at the measured rate (the fleet's: every engine
@@ -180,13 +183,18 @@ class AdmissionPolicy:
     def enqueue(self, waiter: Waiter, now: float, *, front: bool = False) -> None:
         """Queue a request, or raise ``QueueFull`` if the queue is at its
         depth or its bytes, or the predicted wait is longer than the
-        deadline. ``front``: a retry, which already waited its turn."""
+        deadline (unless it would be admitted at once). ``front``: a retry,
+        which already waited its turn."""
         if not front:
             wait = self.predicted_wait(waiter.priority, waiter.tokens, waiter.tenant)
             if (
                 self.queued >= self.config.max_queue_depth
                 or self.queue.size + waiter.size > self.config.max_queue_bytes
-                or (wait is not None and wait > self.config.max_wait)
+                or (
+                    wait is not None
+                    and wait > self.config.max_wait
+                    and not self._admitted_at_once(waiter)
+                )
             ):
                 raise QueueFull(
                     self.retry_after(now, waiter.tokens, waiter.tenant, waiter.priority)
@@ -194,6 +202,14 @@ class AdmissionPolicy:
         waiter.round = self._round
         self.queue.add(waiter, front=front)
         self._drain.tick(now, backlog=True)
+
+    def _admitted_at_once(self, waiter: Waiter) -> bool:
+        """Nothing the order admits before it waits, and an engine has room
+        for it now: it waits for nothing, whatever the drain rate says."""
+        return (
+            self.queue.tokens_ahead(waiter.priority, waiter.tenant) == 0
+            and self._place(waiter) is not None
+        )
 
     def remove(self, waiter: Waiter) -> bool:
         """Take a waiter out (its client left, or its deadline passed)."""

@@ -14,6 +14,7 @@ case above the whole limit) keeps a client from waiting on a limit it can
 never pass.
 """
 
+import math
 from dataclasses import dataclass
 
 from app.errors import RateLimited, TooLong
@@ -112,8 +113,10 @@ def _headers(kind: str, verdict: Verdict) -> dict[str, str]:
 
 
 def duration(seconds: float) -> str:
-    """A duration as OpenAI writes it: ``250ms``, ``1.5s``, ``6m0s``."""
-    ms = max(0, round(seconds * 1000))
+    """A duration as OpenAI writes it: ``250ms``, ``1.5s``, ``6m0s``; in
+    milliseconds rounded up, so a client that waits it out is not early (the
+    inner rounding drops float noise: 2.007 × 1000 is 2007.0000000000002)."""
+    ms = max(0, math.ceil(round(seconds * 1000, 6)))
     if ms < 1000:
         return f"{ms}ms"
     minutes, rest = divmod(ms, 60_000)
