@@ -8,8 +8,12 @@
 # environment is built against (requirements/dev.lock is compiled with
 # `-c requirements/runtime.lock`), so the image runs the versions the tests ran.
 
+# The base of both stages; a mirror's copy or a local stand-in may replace it
+# (compose passes PYTHON_IMAGE).
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
 # --- build: a virtual environment with the locked dependencies and the app ---
-FROM python:3.11.14-slim-bookworm AS build
+FROM ${PYTHON_IMAGE} AS build
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 
@@ -25,7 +29,7 @@ COPY app app
 RUN pip install --no-cache-dir --no-deps .
 
 # --- runtime: the same base, the environment, no build tools ---
-FROM python:3.11.14-slim-bookworm
+FROM ${PYTHON_IMAGE}
 
 RUN groupadd --system --gid 10001 gateway \
  && useradd --system --uid 10001 --gid gateway --no-create-home \

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # Make the base image the project's Dockerfiles build FROM, locally: no
-# registry is reachable, so `FROM python:3.11.14-slim-bookworm` must resolve
-# to an image on this machine.
+# registry is reachable, so python:3.11.14-slim-bookworm (their PYTHON_IMAGE
+# default) cannot be had, and the test harness hands them this one instead.
 #
 # Debian bookworm (minbase) with Python 3.11 from Debian's packages, laid out
 # like the official python:*-slim-bookworm image where the Dockerfiles rely on
 # it (`python` on PATH, pip and venv, Python.h for the CPU engine's compiled
-# kernels, useradd). It is tagged with every base name the Dockerfiles use, and
-# as localhost/vllm-gateway-base:bookworm for the service images.
+# kernels, useradd). It is named for what it is, with the Python version read
+# from the image (localhost/vllm-gateway-ci/python:3.11.2-bookworm), and
+# localhost/vllm-gateway-ci/base:bookworm for the service images built on it.
 #
 # Test-host only: it trusts the CA bundle the host's pip trusts (PyPI may be
 # reached through a TLS-inspecting proxy). The Dockerfiles the project ships
 # never carry it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(cd "$here/../.." && pwd)"
-name=localhost/vllm-gateway-base:bookworm
 log() { printf '[containers setup] %s\n' "$*"; }
 # shellcheck source=names.sh
 . "$here/names.sh"
+name="$ci_repository/base:bookworm"
 
 ca_bundle="$("$here/pip-config.sh" cert)"
 : "${ca_bundle:=/etc/ssl/certs/ca-certificates.crt}"
@@ -33,12 +33,6 @@ if [ "${#sources[@]}" -eq 0 ]; then
   echo "no Debian package sources found in /etc/apt" >&2
   exit 1
 fi
-
-# Every image the Dockerfiles start FROM, except their own build stages.
-bases="$(awk 'toupper($1) == "FROM" {
-    if (!($2 in stages)) print $2
-    if (toupper($3) == "AS") stages[$4] = 1
-  }' "$root/Dockerfile" "$root/deploy/engine/Dockerfile.cpu" | sort -u)"
 
 inputs="$(cat "$0" "$ca_bundle" "${sources[@]}" | sha256sum | cut -c1-16)"
 current="$(podman image inspect --format '{{index .Labels "vllm-gateway.inputs"}}' "$name" 2>/dev/null || true)"
@@ -67,10 +61,9 @@ if [ "$current" != "$inputs" ]; then
     --change "LABEL vllm-gateway.inputs=$inputs" \
     --change 'CMD ["python3"]' \
     --quiet "$work/rootfs.tar" "$name" >/dev/null
-  # The image this one replaces, once nothing else is tagged with it.
-  if [ -n "$previous" ]; then podman rmi "$previous" >/dev/null 2>&1 || true; fi
 fi
-for base in $bases; do
-  podman tag "$name" "$(docker_name "$base")"
-done
-log "base image $name, also tagged as: $(echo "$bases" | tr '\n' ' ')"
+python="$(podman run --rm --network none "$name" python3 -c 'import platform; print(platform.python_version())')"
+name_only "$name" "$ci_repository/python" "$python-bookworm"
+# The image this one replaces, once it has no name left.
+if [ -n "${previous:-}" ]; then remove_unnamed "$previous"; fi
+log "base image $name, also named $ci_repository/python:$python-bookworm"

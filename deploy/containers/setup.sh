@@ -6,7 +6,10 @@
 #   2. /etc/containers/containers.conf for a sandboxed root host;
 #   3. local images for every base and service image the Dockerfiles and the
 #      compose files name but that cannot be pulled here (python, Prometheus,
-#      Redis), made from Debian's packages and tagged with the official names.
+#      Redis), made from Debian's packages and named for what they are
+#      (localhost/vllm-gateway-ci/prometheus:2.42.0-bookworm); the test
+#      harness hands them to compose through PYTHON_IMAGE, PROMETHEUS_IMAGE
+#      and REDIS_IMAGE.
 #
 # Idempotent: each step is skipped when its result is already there and up to
 # date, so `make test-containers` can run it every time. Needs root (apt,
@@ -44,6 +47,9 @@ fi
 "$here/write-containers-conf.sh" /etc/containers/containers.conf
 
 # --- 3. local images --------------------------------------------------------------
+# shellcheck source=names.sh
+. "$here/names.sh"
+drop_earlier_names
 "$here/base-image.sh"
 "$here/service-images.sh"
 log "ready"

@@ -7,6 +7,11 @@ are gateways (built from the project's Dockerfile), which engines they send
 to (their upstream URLs), where each one is published, what Prometheus is
 told to scrape. More gateways, engines or an admin port for metrics change
 the configuration, and the tests follow.
+
+Third-party images no registry here can give (Prometheus, Redis, the Python
+base of the project's images) are named in the compose files by variable;
+every run sets those variables to the local stand-ins (see stand_ins.py), so
+the resolved configuration, and every build from it, names them.
 """
 
 import os
@@ -19,6 +24,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
+
+from tests.containers.stand_ins import stand_ins
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_FILES = ("docker-compose.yml", "docker-compose.cpu.yml")
@@ -46,6 +53,15 @@ def compose_variables() -> set[str]:
         text = (ROOT / name).read_text()
         names |= set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
     return names
+
+
+def variable_defaults() -> dict[str, str]:
+    """The default of every ${NAME:-default} in the compose files."""
+    found: dict[str, str] = {}
+    for name in CPU_FILES:
+        text = (ROOT / name).read_text()
+        found |= dict(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*):-([^}]*)\}", text))
+    return found
 
 
 def publish_port_variables() -> list[str]:
@@ -94,6 +110,9 @@ class ComposeProject:
         if docker_host:
             self.env["DOCKER_HOST"] = docker_host
         self.env.update({name: str(free_port()) for name in publish_port_variables()})
+        # The local images in place of the upstream defaults.
+        self.stand_ins = stand_ins(read)
+        self.env.update(self.stand_ins)
         self.config = self._resolve()
 
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

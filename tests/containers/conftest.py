@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.containers import podman
-from tests.containers.compose import ComposeProject
+from tests.containers.compose import ComposeProject, variable_defaults
 
 HERE = Path(__file__).resolve().parent
 # From `up` to every container healthy. The CPU engine compiles its kernels at
@@ -54,6 +54,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         env_file.write_text("")
         project = ComposeProject("header", env_file)
     lines = [f"compose services run: {', '.join(project.runnable())}"]
+    defaults = variable_defaults()
+    lines += [
+        f"{variable}={image} (in place of {defaults.get(variable, 'no default')})"
+        for variable, image in project.stand_ins.items()
+    ]
     lines += [f"left out of the run: {name} ({why})" for name, why in project.left_out().items()]
     return lines
 

@@ -4,11 +4,14 @@ every service with a ``build:`` section, named as compose names it.
     python -m tests.containers.images
 
 Built with podman in Docker's image format: the OCI format has no place for
-HEALTHCHECK, and podman drops it without a word. A Dockerfile that takes a
-folder of wheels (``ARG WHEELS``: the CPU engine, whose torch ``+cpu`` wheel
-lives on PyTorch's own index) gets the host's local wheel folder, the one pip
-is configured to look in (``pip config list``), as a read-only build volume,
-and its PyTorch index (``TORCH_INDEX_URL``) is switched off.
+HEALTHCHECK, and podman drops it without a word. The build arguments are the
+ones compose resolves, so the Dockerfiles start FROM the local Python image
+(``PYTHON_IMAGE``, see stand_ins.py), not the upstream default that no
+registry here serves. A Dockerfile that takes a folder of wheels (``ARG
+WHEELS``: the CPU engine, whose torch ``+cpu`` wheel lives on PyTorch's own
+index) gets the host's local wheel folder, the one pip is configured to look
+in (``pip config list``), as a read-only build volume, and its PyTorch index
+(``TORCH_INDEX_URL``) is switched off.
 """
 
 import re

@@ -10,6 +10,7 @@ import pytest
 
 from tests.containers import podman
 from tests.containers.compose import ROOT, ComposeProject
+from tests.containers.stand_ins import stand_in
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -38,9 +39,13 @@ def copied_sources() -> set[PurePosixPath]:
 
 
 def base_image() -> str:
-    return next(
+    """What the gateway Dockerfile starts FROM, as the builds here set it:
+    an image variable (${PYTHON_IMAGE}) is its local stand-in."""
+    first = next(
         args.split()[0] for keyword, args in instructions(DOCKERFILES[0]) if keyword == "FROM"
     )
+    variable = re.fullmatch(r"\$\{?(\w+)\}?", first)
+    return stand_in(variable.group(1)) if variable else first
 
 
 @pytest.fixture

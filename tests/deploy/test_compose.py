@@ -9,6 +9,7 @@ locust, which are not run; both variants resolved with `docker-compose config`
 (v1, offline); Dockerfile lint (hadolint); the lock files.
 """
 
+import copy
 import importlib.metadata
 import os
 import re
@@ -145,6 +146,74 @@ def test_every_image_is_pinned(services: dict[str, Service]) -> None:
         tag = image_tag(service["image"])
         assert tag, f"{name}: {service['image']} has no tag"
         assert tag != "latest", f"{name}: {service['image']}"
+
+
+def image_repository(image: str) -> str:
+    """prom/prometheus:v3.5.0 -> prom/prometheus"""
+    tag = image_tag(image)
+    return image.removesuffix(f"@{tag}").removesuffix(f":{tag}") if tag else image
+
+
+def test_third_party_images_default_to_upstream(services: dict[str, Service]) -> None:
+    """Unless told otherwise, users run the official images, never the local
+    stand-ins the container step makes (localhost/vllm-gateway-ci/...)."""
+    assert image_repository(services["prometheus"]["image"]) == "prom/prometheus"
+    assert image_repository(services[REDIS]["image"]) == "redis"
+    built = {name: s for name, s in services.items() if "build" in s}
+    assert built
+    for name, service in built.items():
+        args = service["build"].get("args") or {}
+        assert image_repository(args.get("PYTHON_IMAGE", "")) == "python", f"{name}: {args}"
+    for name, service in services.items():
+        images = [service["image"], *(service.get("build", {}).get("args") or {}).values()]
+        assert not any(image.startswith("localhost/") for image in images), name
+
+
+# Where each image variable lands: the images no registry reaches on the test
+# host, so the container step replaces them with local builds.
+IMAGE_VARIABLES = {"PROMETHEUS_IMAGE", "REDIS_IMAGE", "PYTHON_IMAGE"}
+
+
+def test_the_image_variables_replace_those_images_and_nothing_else(
+    compose: Compose, variant: str
+) -> None:
+    assert {name for name in compose_variables() if name.endswith("_IMAGE")} == IMAGE_VARIABLES
+    given = {name: f"localhost/example/{name.lower()}:1" for name in IMAGE_VARIABLES}
+    replaced = compose.resolved_files(VARIANTS[variant], env=given)["services"]
+    expected = copy.deepcopy(compose.resolved(variant)["services"])
+    expected["prometheus"]["image"] = given["PROMETHEUS_IMAGE"]
+    expected[REDIS]["image"] = given["REDIS_IMAGE"]
+    # Every image built here starts from the one Python base.
+    for service in expected.values():
+        if "build" in service:
+            service["build"].setdefault("args", {})["PYTHON_IMAGE"] = given["PYTHON_IMAGE"]
+    assert replaced == expected
+
+
+@pytest.mark.parametrize("path", [GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE], ids=lambda p: p.name)
+def test_the_dockerfiles_start_from_the_python_image_compose_passes(
+    compose: Compose, path: Path
+) -> None:
+    text = path.read_text()
+    froms = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", text, re.M | re.I)
+    stages = {stage for _, stage in froms if stage}
+    assert froms
+    assert all(image == "${PYTHON_IMAGE}" for image, _ in froms if image not in stages), froms
+    # Declared before the first FROM: every stage can use it.
+    head = text[: text.index(f"FROM {froms[0][0]}")]
+    (default,) = re.findall(r"^ARG\s+PYTHON_IMAGE=(\S+)", head, re.M)
+    # `docker build` alone and `docker compose build` start from the same base.
+    services = compose.resolved("cpu")["services"]
+    built = [
+        service
+        for service in services.values()
+        if "build" in service
+        and Path(service["build"]["context"]) / service["build"].get("dockerfile", "Dockerfile")
+        == path
+    ]
+    assert built
+    for service in built:
+        assert (service["build"].get("args") or {}).get("PYTHON_IMAGE") == default
 
 
 def test_every_service_has_a_healthcheck(services: dict[str, Service]) -> None:
