@@ -21,7 +21,6 @@ from app.admission.demand import Demand, demand_of
 from app.errors import (
     ClientDisconnected,
     Draining,
-    EngineStatusError,
     EngineUnavailable,
     Forbidden,
     GatewayError,
@@ -95,8 +94,6 @@ async def serve_completion(request: Request, route: Route, services: Services) -
             if not handed_to_stream:
                 placement.release()
     except GatewayError as error:
-        if isinstance(error, EngineStatusError) and error.status == 503:
-            error.retry_after = error.retry_after or services.settings.retry_after_unavailable
         record.fail(error)
         return error_response(error)
     except ClientDisconnected:

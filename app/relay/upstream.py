@@ -6,6 +6,11 @@ the sockets of ``app.relay.network``.
 Every call names the engine's base URL. Transport errors are turned into the
 gateway's own errors here, so nothing above this module sees an httpx
 exception type except the relay's mid-stream reads.
+
+An engine's 503 or 429 ("try again") always leaves here with a Retry-After:
+the engine's own if it sent one, else the gateway's ``retry_after_unavailable``.
+vLLM sends none: its queue caps (``--max-num-queued-reqs``,
+``--max-num-queued-tokens``) answer a bare 503.
 """
 
 import contextlib
@@ -24,6 +29,9 @@ from app.relay.network import engine_transport
 from app.settings import Settings
 
 _CLOSE_TIMEOUT = 5.0
+# The engine's statuses that mean "try again later", which a gateway 503/429
+# never sends without a Retry-After.
+_TRY_AGAIN = (429, 503)
 
 
 class EngineClient:
@@ -40,6 +48,7 @@ class EngineClient:
             write=settings.upstream_read_timeout,
             pool=settings.upstream_connect_timeout,
         )
+        self._retry_after = settings.retry_after_unavailable
         self._http = httpx.AsyncClient(
             timeout=self._stream_timeout,
             transport=transport
@@ -91,9 +100,14 @@ class EngineClient:
                 raise UpstreamFailed(f"engine connection failed: {exc!r}") from exc
             finally:
                 await close_quietly(response)
-            retry_after = _retry_after(response.headers.get("retry-after"))
-            raise EngineStatusError(response.status_code, content, retry_after)
+            raise EngineStatusError(response.status_code, content, self._retry_after_of(response))
         return response
+
+    def _retry_after_of(self, response: httpx.Response) -> float | None:
+        if response.status_code not in _TRY_AGAIN:
+            return None
+        told = _retry_after(response.headers.get("retry-after"))
+        return told if told is not None else self._retry_after
 
     async def get(self, engine: str, path: str, *, timeout: float) -> httpx.Response:
         """A small GET (health, models, metrics); transport errors propagate as httpx errors."""

@@ -5,6 +5,32 @@ stream with awkward characters and chunking, a connection reset mid-stream,
 a stall of chosen length, an engine that vanishes and comes back. Each
 behaviour is a "model" name, so the gateway validates and routes it like any
 other request.
+
+``busy`` answers as vLLM 0.32 does when its own queue cap is full
+(``--max-num-queued-reqs``: in-flight requests, waiting or running, counted
+in the API server; a request with ``n`` > 1 counts ``n``). Captured from the
+real engine (tests/relay/test_engine_queue_cap.py checks it still matches):
+for a streaming and a non-streaming request alike, on ``/v1/completions``
+and ``/v1/chat/completions``::
+
+    HTTP/1.1 503 Service Unavailable
+    content-type: application/json
+    (no Retry-After)
+
+    {"error":{"message":"The engine is currently busy and cannot accept new
+    requests. Please try again later or on a different instance.",
+    "type":"Service Unavailable","param":null,"code":503}}
+
+The refusal is made by ``AsyncLLM.check_admission`` (``QueueOverflowError``,
+vllm/exceptions.py) before the response starts, and rendered by
+``create_error_response`` (vllm/entrypoints/serve/exception_handling/),
+which sets no header. ``--max-num-queued-tokens`` answers the same with the
+message "The engine has reached its prefill token backlog limit. ...".
+The same check runs again when the request is added to the engine: a stream
+that passed the first check while others arrived at the same moment starts
+as a 200 and carries the refusal as its only event, ``data: {"error": {...
+"code": 503}}`` with spaces after the separators, then ``data: [DONE]``.
+That is a race the real engine shows only by chance, under a burst.
 """
 
 import asyncio
@@ -18,6 +44,17 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+# vLLM's answer to a request over its queue cap, word for word (see above).
+QUEUE_FULL = {
+    "error": {
+        "message": "The engine is currently busy and cannot accept new requests. "
+        "Please try again later or on a different instance.",
+        "type": "Service Unavailable",
+        "param": None,
+        "code": 503,
+    }
+}
 
 # Characters str.splitlines() breaks on but SSE does not, raw inside JSON strings.
 AWKWARD = "a\u2028b\u2029c\u0085d"
@@ -103,14 +140,8 @@ class FakeEngine:
         if model == "stalls-before-headers":
             await asyncio.sleep(3600)
         if model == "busy":
-            # vLLM's own queue limits (--max-num-queued-reqs) answer like this.
-            error = {
-                "message": "queue full",
-                "type": "ServiceUnavailable",
-                "param": None,
-                "code": 503,
-            }
-            return JSONResponse({"error": error}, status_code=503, headers={"Retry-After": "7"})
+            # No Retry-After: vLLM sends none.
+            return JSONResponse(QUEUE_FULL, status_code=503)
         stream = {
             "awkward": self._awkward,
             "dies": self._dies,
