@@ -21,6 +21,7 @@ from app.errors import (
     EngineStatusError,
     GatewayError,
     PoolExhausted,
+    StoppedByShutdown,
     UpstreamFailed,
     UpstreamTimeout,
     UpstreamUnreachable,
@@ -44,6 +45,16 @@ def retryable(error: GatewayError) -> bool:
     if isinstance(error, EngineStatusError):
         return error.status >= 500 or error.status == 429
     return isinstance(error, UpstreamFailed) and not isinstance(error, PoolExhausted)
+
+
+def engine_is_gone(error: GatewayError) -> bool:
+    """A refused or broken connection: the engine is ejected at once. A
+    timeout, the gateway's own full pool, a shutdown or an engine's status
+    (vLLM's 503 for its queue cap) is an engine that is busy, not gone."""
+    if isinstance(error, UpstreamUnreachable):
+        return True
+    busy = (UpstreamTimeout, EngineStatusError, PoolExhausted, StoppedByShutdown)
+    return isinstance(error, UpstreamFailed) and not isinstance(error, busy)
 
 
 class Placement:
@@ -115,10 +126,7 @@ class Placement:
         if not self.can_retry:
             return False
         failed, engines = self.engine, self._services.engines
-        if isinstance(error, UpstreamUnreachable) or (
-            isinstance(error, UpstreamFailed)
-            and not isinstance(error, (UpstreamTimeout, EngineStatusError))
-        ):
+        if engine_is_gone(error):
             engines.mark_down(failed)
         model = self._request.job.model
         if not any(m.url != failed and model in m.models for m in engines.up_engines()):

@@ -5,12 +5,31 @@ Every ``health_interval`` seconds: the engine's ``/health`` (drives
 the engine comes back, and its ``/metrics``, parsed once and handed to
 listeners (admission reads KV capacity and preemptions from it).
 
-Two ways this could lie, and what prevents them: a loop that died on an
-unexpected error would leave the last answer standing forever, so the loop
-survives any error and a health answer older than a few intervals counts as
-down; and an engine whose metrics lack the series admission reads is not
-taken for an idle one — ``gateway_engine_stats_missing`` counts the missing
-series, a log line names them, and admission falls back (see the policy).
+An engine is down when it is dead, not when it is busy. It is ejected
+(``gateway_upstream_up`` 0, ``gateway_engine_ejections_total`` counts it, a
+"DOWN (ejected)" log line, admission places nothing on it) when a check
+fails — the connection refused or not made, ``/health`` not 200, no model
+list — or when a request's connection to it is refused or broken. A check
+that is merely late is not a failure: under load ``/health`` and the engine's
+large ``/metrics`` answer slowly, and a check that times out while the
+engine's answers to requests keep arriving (the engine client notes their
+last byte) or that waits for the gateway's own full connection pool leaves
+the verdict as it was. A check that times out with no traffic from the
+engine is a hung engine, and ejects it. So ``gateway_upstream_up`` 0, and
+the ejection alerts that watch it, mean an engine known dead or hung, never
+one that is only slow to answer its checks.
+
+``up`` is stricter than "not ejected": the engine is also heard from lately
+— a check passed within a few intervals, a check is in progress, or bytes of
+an answer arrived. That guards against a loop that died on an unexpected
+error, which would leave the last answer standing forever (the loop also
+survives any error). An engine not heard from lately is a doubt, not a
+death: it is not ejected, and the pool still routes to it when no engine is
+up (see ``app.engine.pool``).
+
+An engine whose metrics lack the series admission reads is not taken for an
+idle one — ``gateway_engine_stats_missing`` counts the missing series, a log
+line names them, and admission falls back (see the policy).
 """
 
 import asyncio
@@ -30,7 +49,8 @@ log = logging.getLogger("gateway.engine")
 
 StatsListener = Callable[[str, EngineStats], None]
 StateListener = Callable[[str, bool, frozenset[str]], None]
-# A health answer is trusted for this many check intervals.
+# A health answer, or an answer's last byte, is trusted for this many check
+# intervals (plus one check's timeout).
 _STALE_AFTER_CHECKS = 3
 
 
@@ -53,6 +73,7 @@ class EngineMonitor:
         self._on_stats = on_stats
         self._up = False
         self._checked_at = -float("inf")
+        self._checking = False
         self._missing: tuple[str, ...] = ()
         self.models: dict[str, int | None] = {}
         self._models_at = 0.0
@@ -62,9 +83,18 @@ class EngineMonitor:
         self._up_gauge.set(0)
 
     @property
+    def ejected(self) -> bool:
+        """The last verdict: a check failed or a request could not reach it."""
+        return not self._up
+
+    @property
     def up(self) -> bool:
-        fresh = time.monotonic() - self._checked_at
-        return self._up and fresh < _STALE_AFTER_CHECKS * self._interval + self._timeout
+        """Not ejected, and heard from lately (a check passed, one is under
+        way, or bytes of an answer arrived)."""
+        if not self._up or self._checking:
+            return self._up
+        heard = max(self._checked_at, self._client.heard_at(self.url))
+        return time.monotonic() - heard < _STALE_AFTER_CHECKS * self._interval + self._timeout
 
     async def run(self) -> None:
         while True:
@@ -78,17 +108,37 @@ class EngineMonitor:
             await asyncio.sleep(self._interval)
 
     async def check(self) -> None:
-        was_up = self._up
+        self._checking = True
+        try:
+            verdict = await self._verdict()
+        finally:
+            self._checking = False
+        if verdict is not None:
+            self._set_up(verdict)
+
+    async def _verdict(self) -> bool | None:
+        """Whether the engine passes its check; None when the check was only
+        late while the engine shows life (the verdict stands as it was)."""
         try:
             response = await self._client.get(self.url, "/health", timeout=self._timeout)
-            up = response.status_code == 200
+        except httpx.PoolTimeout:
+            return None  # the gateway's own pool is full: nothing about the engine
+        except httpx.TimeoutException as exc:
+            late = not isinstance(exc, httpx.ConnectTimeout)
+            return None if late and self._heard_lately() else False
         except httpx.HTTPError:
-            up = False
-        if up and (not was_up or not self.models):
-            up = await self.refresh_models()
-        if up:
-            await self._read_stats()
-        self._set_up(up)
+            return False
+        if response.status_code != 200:
+            return False
+        if (not self._up or not self.models) and not await self.refresh_models():
+            return False
+        await self._read_stats()
+        return True
+
+    def _heard_lately(self) -> bool:
+        """Bytes of an answer to a request arrived from the engine lately."""
+        since = time.monotonic() - self._client.heard_at(self.url)
+        return since < _STALE_AFTER_CHECKS * self._interval + self._timeout
 
     def mark_down(self) -> None:
         """Called when a request could not reach the engine: it is ejected

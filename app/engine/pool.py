@@ -2,7 +2,15 @@
 
 Each engine has its monitor (health, models, metrics). An engine that fails
 its health check, or refuses a request's connection, is ejected — admission
-places nothing on it — and readmitted once a check passes again. With a DNS
+places nothing on it — and readmitted once a check passes again; a check
+that is only late under load ejects nothing (see ``app.engine.monitor``).
+
+Requests go to the engines that are up: not ejected and heard from lately.
+When none is, the gateway does not refuse everything on a doubt: it routes
+to every engine that is not ejected (a panic threshold of zero), so a
+gateway that merely lost track of a busy engine keeps serving, and only
+engines known dead leave it with nowhere to go. ``/health/ready`` is 200,
+and ``gateway_upstream_up`` 1, for an engine not ejected. With a DNS
 name, the list is resolved again every few seconds: engines that appear are
 monitored, engines that disappear are forgotten (what they still run
 finishes). ``/v1/models`` is the union of what the engines that are up
@@ -109,11 +117,13 @@ class EnginePool:
 
     @property
     def up(self) -> bool:
-        """At least one engine answers."""
-        return any(m.up for m in self.monitors.values())
+        """There is an engine to route to."""
+        return bool(self.up_engines())
 
     def up_engines(self) -> list[EngineMonitor]:
-        return [m for m in self.monitors.values() if m.up]
+        """The engines that are up; if none is, those not ejected."""
+        monitors = self.monitors.values()
+        return [m for m in monitors if m.up] or [m for m in monitors if not m.ejected]
 
     def mark_down(self, url: str) -> None:
         monitor = self.monitors.get(url)

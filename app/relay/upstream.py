@@ -11,9 +11,15 @@ An engine's 503 or 429 ("try again") always leaves here with a Retry-After:
 the engine's own if it sent one, else the gateway's ``retry_after_unavailable``.
 vLLM sends none: its queue caps (``--max-num-queued-reqs``,
 ``--max-num-queued-tokens``) answer a bare 503.
+
+The client notes when each engine last sent a request's bytes (headers or
+body): traffic in flight is evidence that the engine is alive, which the
+monitor weighs against a health check that is late under load.
 """
 
 import contextlib
+import time
+from collections.abc import AsyncIterator
 
 import anyio
 import httpx
@@ -49,6 +55,7 @@ class EngineClient:
             pool=settings.upstream_connect_timeout,
         )
         self._retry_after = settings.retry_after_unavailable
+        self._heard_at: dict[str, float] = {}
         self._http = httpx.AsyncClient(
             timeout=self._stream_timeout,
             transport=transport
@@ -93,6 +100,8 @@ class EngineClient:
         except httpx.HTTPError as exc:
             raise UpstreamFailed(f"engine connection failed: {exc!r}") from exc
 
+        self._heard_at[engine] = time.monotonic()
+        response.stream = _NotedStream(response.stream, self._heard_at, engine)
         if response.status_code >= 400:
             try:
                 content = await response.aread()
@@ -109,6 +118,10 @@ class EngineClient:
         told = _retry_after(response.headers.get("retry-after"))
         return told if told is not None else self._retry_after
 
+    def heard_at(self, engine: str) -> float:
+        """When the engine last sent bytes of a request's answer (monotonic)."""
+        return self._heard_at.get(engine, -float("inf"))
+
     async def get(self, engine: str, path: str, *, timeout: float) -> httpx.Response:
         """A small GET (health, models, metrics); transport errors propagate as httpx errors."""
         return await self._http.get(engine + path, timeout=timeout)
@@ -123,6 +136,24 @@ async def close_quietly(response: httpx.Response) -> None:
     with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
         with contextlib.suppress(httpx.HTTPError):
             await response.aclose()
+
+
+class _NotedStream(httpx.AsyncByteStream):
+    """An answer's body, noting the time of every chunk the engine sends."""
+
+    def __init__(self, stream: object, heard_at: dict[str, float], engine: str) -> None:
+        assert isinstance(stream, httpx.AsyncByteStream)
+        self._stream = stream
+        self._heard_at = heard_at
+        self._engine = engine
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            self._heard_at[self._engine] = time.monotonic()
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -1,13 +1,15 @@
 """The engine monitor never lies quietly: missing series are counted and
-logged, admission falls back, and a broken check cannot freeze health."""
+logged, admission falls back, and a broken check cannot freeze health; a
+check that is late while the engine's answers flow ejects nothing."""
 
 import asyncio
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from tests.support.asgi import in_process_gateway
-from tests.support.scripted_engine import MODEL, ScriptedEngine
+from tests.support.scripted_engine import MODEL, ScriptedEngine, chunk
 
 BODY = {"model": MODEL, "prompt": "hi", "max_tokens": 4, "stream": True}
 
@@ -55,7 +57,9 @@ async def test_a_check_that_breaks_marks_the_engine_down_and_the_loop_goes_on(
         assert gateway.metric("gateway_upstream_up") == 0
 
 
-async def test_a_stale_answer_counts_as_down(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_stale_answer_counts_as_down_but_the_last_engine_is_still_routed_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async with in_process_gateway(health_interval=0.05) as gateway:
         (monitor,) = gateway.services.engines.monitors.values()
         assert monitor.up
@@ -66,6 +70,43 @@ async def test_a_stale_answer_counts_as_down(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.setattr(monitor, "check", hangs)
         await _until(lambda: not monitor.up)
         assert not monitor.up
+        # A doubt, not a death: not ejected, and with no engine up, offered.
+        assert gateway.services.engines.up_engines() == [monitor]
+        assert gateway.metric("gateway_engine_ejections_total") == 0
+        assert gateway.metric("gateway_upstream_up") == 1
+
+
+async def test_a_check_late_while_answers_flow_ejects_nothing_and_one_late_in_silence_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with in_process_gateway(health_interval=0.05, health_timeout=1.0) as gateway:
+        (monitor,) = gateway.services.engines.monitors.values()
+        client = gateway.services.engine
+        checks = client.get
+        late = 0
+
+        async def late_health(engine: str, path: str, *, timeout: float) -> httpx.Response:
+            nonlocal late
+            if path == "/health":
+                late += 1
+                raise httpx.ReadTimeout("the engine is busy")
+            return await checks(engine, path, timeout=timeout)
+
+        stream = gateway.request("/v1/completions", BODY)
+        call = await gateway.engine.calls.get()
+        call.stream()
+        monkeypatch.setattr(client, "get", late_health)
+        while late < 10:
+            call.send(chunk("tok"))
+            await asyncio.sleep(0.05)
+        assert monitor.up
+        assert gateway.metric("gateway_engine_ejections_total") == 0
+        # The stream goes quiet: a late check is now a hung engine.
+        await _until(lambda: monitor.ejected)
+        assert gateway.metric("gateway_engine_ejections_total") == 1
+        assert gateway.services.engines.up_engines() == []
+        stream.disconnect()
+        await stream.done()
 
 
 async def _until(check: Callable[[], bool]) -> None:
