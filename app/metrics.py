@@ -101,7 +101,8 @@ class GatewayMetrics:
         )
         self.upstream_up = Gauge(
             "gateway_upstream_up",
-            "1 when the engine answers its health check (0: ejected).",
+            "1 while the engine is not ejected: 0 once a check failed or a request could not"
+            " connect (a check that is only late under load ejects nothing).",
             ["engine"],
             registry=r,
         )
