@@ -54,6 +54,9 @@ def engine_idle(engine: Engine) -> bool:
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     port = free_port()
     env = {
+        # Every address, not only 127.0.0.1: the DNS discovery test answers
+        # with 127.0.0.2 and 127.0.0.3, two engines to the gateway.
+        "ENGINE_HOST": "0.0.0.0",
         "ENGINE_PORT": str(port),
         "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
         "ENGINE_MAX_NUM_SEQS": str(ENGINE_MAX_NUM_SEQS),
