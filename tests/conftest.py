@@ -8,6 +8,7 @@ and at most 8 running sequences, so tests can saturate it on purpose.
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,20 +51,14 @@ def engine_idle(engine: Engine) -> bool:
     )
 
 
-@pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+@contextmanager
+def running_engine(name: str, log_dir: Path, env: dict[str, str]) -> Iterator[Engine]:
+    """A real engine through the project's launcher on a free port, with the
+    launcher's ``ENGINE_*`` settings in ``env``; stopped (its process group)
+    on exit."""
     port = free_port()
-    env = {
-        # Every address, not only 127.0.0.1: the DNS discovery test answers
-        # with 127.0.0.2 and 127.0.0.3, two engines to the gateway.
-        "ENGINE_HOST": "0.0.0.0",
-        "ENGINE_PORT": str(port),
-        "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
-        "ENGINE_MAX_NUM_SEQS": str(ENGINE_MAX_NUM_SEQS),
-        "ENGINE_MODEL_NAME": MODEL,
-    }
     proc = ManagedProcess(
-        "engine", ["deploy/engine/run-cpu.sh"], env, tmp_path_factory.mktemp("engine")
+        name, ["deploy/engine/run-cpu.sh"], {"ENGINE_PORT": str(port), **env}, log_dir
     )
     try:
         url = f"http://127.0.0.1:{port}"
@@ -71,6 +66,20 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         yield Service(url, proc)
     finally:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    env = {
+        # Every address, not only 127.0.0.1: the DNS discovery test answers
+        # with 127.0.0.2 and 127.0.0.3, two engines to the gateway.
+        "ENGINE_HOST": "0.0.0.0",
+        "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
+        "ENGINE_MAX_NUM_SEQS": str(ENGINE_MAX_NUM_SEQS),
+        "ENGINE_MODEL_NAME": MODEL,
+    }
+    with running_engine("engine", tmp_path_factory.mktemp("engine"), env) as started:
+        yield started
 
 
 @pytest.fixture

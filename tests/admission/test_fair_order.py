@@ -13,25 +13,14 @@ against a bound of five.
 
 import asyncio
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.support.asgi import Exchange, InProcessGateway, in_process_gateway
-from tests.support.redis_server import RedisServer
 from tests.support.scripted_engine import DONE, MODEL, EngineCall, ScriptedEngine, chunk
 
 SLOTS = 4
-
-
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server.url
-    server.stop()
 
 
 def _body(tenant: str, i: int) -> dict[str, object]:

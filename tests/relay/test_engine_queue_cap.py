@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from deploy.local import ManagedProcess, free_port
-from tests.conftest import MODEL, Engine, Gateway, Service, launch_gateway
+from deploy.local import free_port
+from tests.conftest import MODEL, Engine, Gateway, launch_gateway, running_engine
 from tests.support.fake_engine import FakeEngine
 
 QUEUE_CAP = 1
@@ -44,9 +44,7 @@ PROBE = {"model": MODEL, "prompt": [1] * (MAX_MODEL_LEN + 10), "max_tokens": 1}
 
 @pytest.fixture(scope="module")
 def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    port = free_port()
     env = {
-        "ENGINE_PORT": str(port),
         "ENGINE_MODEL_NAME": MODEL,
         "ENGINE_MAX_MODEL_LEN": str(MAX_MODEL_LEN),
         "ENGINE_KV_BLOCKS": str(KV_BLOCKS),
@@ -54,14 +52,8 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         "ENGINE_EXTRA_ARGS": f"--max-num-queued-reqs {QUEUE_CAP}",
         "VLLM_SERVER_DEV_MODE": "1",
     }
-    logs = tmp_path_factory.mktemp("capped-engine")
-    proc = ManagedProcess("capped-engine", ["deploy/engine/run-cpu.sh"], env, logs)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        proc.wait_http(f"{url}/health", timeout=900)
-        yield Service(url, proc)
-    finally:
-        proc.stop()
+    with running_engine("capped-engine", tmp_path_factory.mktemp("capped-engine"), env) as one:
+        yield one
 
 
 @pytest.fixture(scope="module")
