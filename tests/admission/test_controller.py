@@ -11,6 +11,7 @@ import httpx
 from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle, wait_until
 from tests.support.fairness import heavy_admitted_before_light_finished
 from tests.support.streams import hold_streams
+from tests.support.wait import wait_for
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 
@@ -77,15 +78,17 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_engine(
     async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
         blocker = await start_blocker(http)
         try:
-            async with httpx.AsyncClient(base_url=gateway.url, timeout=0.5) as impatient:
-                # A prompt of 1,200 token ids: if it reached the engine, the
-                # engine's prompt token counter would show it.
-                prompt = [random.randrange(10, 1000) for _ in range(1200)]
-                with contextlib.suppress(httpx.ReadTimeout):
-                    await impatient.post(
-                        "/v1/completions", json={**LONG, "prompt": prompt, "max_tokens": 500}
-                    )
-            assert wait_until(
+            # A prompt of 1,200 token ids: if it reached the engine, the
+            # engine's prompt token counter would show it.
+            prompt = [random.randrange(10, 1000) for _ in range(1200)]
+            impatient = asyncio.create_task(
+                http.post("/v1/completions", json={**LONG, "prompt": prompt, "max_tokens": 500})
+            )
+            assert await wait_for(lambda: queue_depth(gateway) == 1, timeout=30)
+            impatient.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await impatient
+            assert await wait_for(
                 lambda: gateway.metric("gateway_cancellations_total", phase="queued") == 1,
                 timeout=30,
             )

@@ -1,17 +1,33 @@
 """Two gateway replicas, in-process, sharing state through a real Redis in
 front of one scripted engine: one budget for the engine, not one each."""
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.asgi import in_process_gateway
+from app.admission.controller import AdmissionController
+from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.redis_server import RedisServer
 from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk
+from tests.support.wait import wait_for
 
 BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 100, "stream": True}
+
+
+def count_heartbeats(gateway: InProcessGateway) -> list[int]:
+    """A counter (in a list) of the heartbeats that bring the replica the
+    fleet's holdings; each is followed by a dispatch round."""
+    controller = gateway.services.admission
+    assert isinstance(controller, AdmissionController)
+    assert controller.shared is not None
+    beats = [0]
+
+    def seen() -> None:
+        beats[0] += 1
+
+    controller.shared.on_view(seen)
+    return beats
 
 
 @pytest.fixture
@@ -33,9 +49,27 @@ async def test_a_burst_split_over_two_replicas_stays_within_one_budget(redis_url
             gw.request("/v1/completions", BODY) for gw in (first, second) for _ in range(6)
         ]
         calls = [await engine.calls.get() for _ in range(3)]
-        await asyncio.sleep(0.3)  # a fourth would have arrived by now if admitted
+        replicas = (first, second)
+
+        def total(name: str) -> float:
+            return sum(gw.metric(name) for gw in replicas)
+
+        async def all_twelve_placed() -> bool:
+            return total("gateway_queue_depth") + total("gateway_requests_in_flight") == 12
+
+        assert await wait_for(all_twelve_placed, timeout=30)
+        # Each replica looks at the fleet again while its queue waits: past
+        # a few heartbeats on each, with dispatch rounds made after them on
+        # the fleet's fresh totals, no fourth request has been admitted.
+        heartbeats = [count_heartbeats(gw) for gw in replicas]
+
+        async def a_few_heartbeats_later() -> bool:
+            return all(beats[0] >= 3 for beats in heartbeats)
+
+        assert await wait_for(a_few_heartbeats_later, timeout=30)
+        assert total("gateway_queue_depth") == 9
+        assert total("gateway_requests_in_flight") == 3
         assert engine.calls.empty()
-        assert first.metric("gateway_queue_depth") + second.metric("gateway_queue_depth") == 9
         fleet = first.metric("gateway_fleet_kv_tokens_reserved")
         assert fleet == 3 * 7 * 16
         for call in calls:

@@ -2,13 +2,16 @@
 official ``openai`` client."""
 
 import json
+import uuid
+from dataclasses import dataclass
 
 import httpx
 import pytest
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.conftest import MODEL, Engine, Gateway
+from tests.conftest import MODEL, Engine, Gateway, engine_idle
+from tests.support.wait import wait_until
 
 MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "Tell me about the harbour town."}
@@ -17,90 +20,118 @@ MESSAGES: list[ChatCompletionMessageParam] = [
 FIXED = {"ignore_eos": True, "seed": 1234}
 
 
+def seeded() -> dict[str, object]:
+    """The same answer to the same request, whichever way it reaches the
+    engine: sampled with a fixed seed, and with a prefix cache of its own (a
+    new ``cache_salt``), so each prompt is computed from scratch the same way
+    rather than once from scratch and once from cached blocks. Not greedy:
+    the tiny model's likeliest token is always <|endoftext|>, which
+    ``ignore_eos`` keeps generating and the text leaves out, so every greedy
+    answer would be the empty string."""
+    return {**FIXED, "cache_salt": uuid.uuid4().hex}
+
+
+@dataclass
+class Answer:
+    """What the client got. The text is compared, not the chunks: the engine
+    puts several tokens in one event when its server falls behind (vLLM
+    merges the outputs not yet sent), so one request streamed twice comes in
+    different chunks; a relay that dropped an event would change the text,
+    one that ran two together would break the events the client parses."""
+
+    text: str
+    tokens: int  # completion tokens, per usage
+    chunks: int  # chunks with content (1 when not streamed)
+
+
 def client(base_url: str) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-async def chat_tokens(base_url: str, stream: bool, max_tokens: int) -> tuple[int, int]:
-    """(tokens per usage, content chunks seen) for one chat completion."""
+async def chat(base_url: str, stream: bool, max_tokens: int) -> Answer:
     async with client(base_url) as api:
-        return await _chat_tokens(api, stream, max_tokens)
-
-
-async def _chat_tokens(api: AsyncOpenAI, stream: bool, max_tokens: int) -> tuple[int, int]:
-    if not stream:
-        reply = await api.chat.completions.create(
+        if not stream:
+            reply = await api.chat.completions.create(
+                model=MODEL, messages=MESSAGES, max_tokens=max_tokens, extra_body=seeded()
+            )
+            assert reply.usage is not None
+            return Answer(reply.choices[0].message.content or "", reply.usage.completion_tokens, 1)
+        answer = Answer("", 0, 0)
+        events = await api.chat.completions.create(
             model=MODEL,
             messages=MESSAGES,
             max_tokens=max_tokens,
-            extra_body=FIXED,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=seeded(),
         )
-        assert reply.usage is not None
-        return reply.usage.completion_tokens, 1
-    chunks = 0
-    usage = 0
-    events = await api.chat.completions.create(
-        model=MODEL,
-        messages=MESSAGES,
-        max_tokens=max_tokens,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body=FIXED,
-    )
-    async for event in events:
-        if event.usage is not None:
-            usage = event.usage.completion_tokens
-        if event.choices and event.choices[0].delta.content:
-            chunks += 1
-    return usage, chunks
+        async for event in events:
+            if event.usage is not None:
+                answer.tokens = event.usage.completion_tokens
+            if event.choices and event.choices[0].delta.content:
+                answer.text += event.choices[0].delta.content
+                answer.chunks += 1
+        return answer
 
 
-async def completion_tokens(base_url: str, stream: bool, max_tokens: int) -> int:
+async def complete(base_url: str, stream: bool, max_tokens: int) -> Answer:
+    prompt = "The lighthouse keeper"
     async with client(base_url) as api:
-        return await _completion_tokens(api, stream, max_tokens)
-
-
-async def _completion_tokens(api: AsyncOpenAI, stream: bool, max_tokens: int) -> int:
-    if not stream:
-        reply = await api.completions.create(
-            model=MODEL, prompt="The lighthouse keeper", max_tokens=max_tokens, extra_body=FIXED
+        if not stream:
+            reply = await api.completions.create(
+                model=MODEL, prompt=prompt, max_tokens=max_tokens, extra_body=seeded()
+            )
+            assert reply.usage is not None
+            return Answer(reply.choices[0].text, reply.usage.completion_tokens, 1)
+        answer = Answer("", 0, 0)
+        events = await api.completions.create(
+            model=MODEL,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body=seeded(),
         )
-        assert reply.usage is not None
-        return reply.usage.completion_tokens
-    usage = 0
-    events = await api.completions.create(
-        model=MODEL,
-        prompt="The lighthouse keeper",
-        max_tokens=max_tokens,
-        stream=True,
-        stream_options={"include_usage": True},
-        extra_body=FIXED,
-    )
-    async for event in events:
-        if event.usage is not None:
-            usage = event.usage.completion_tokens
-    return usage
+        async for event in events:
+            if event.usage is not None:
+                answer.tokens = event.usage.completion_tokens
+            if event.choices and event.choices[0].text:
+                answer.text += event.choices[0].text
+                answer.chunks += 1
+        return answer
+
+
+def wait_idle(engine: Engine) -> None:
+    """The next request runs alone: nothing of the last one is left."""
+    assert wait_until(lambda: engine_idle(engine), timeout=60), "engine still busy"
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_chat_gives_the_same_tokens_as_the_engine(
     idle_engine: Engine, gateway: Gateway, stream: bool
 ) -> None:
-    direct = await chat_tokens(idle_engine.url, stream, 40)
-    through = await chat_tokens(gateway.url, stream, 40)
-    assert direct[0] == through[0] == 40
-    # Streamed content arrives in as many chunks either way: the relay
-    # neither merges nor drops events.
-    assert through[1] == direct[1]
+    direct = await chat(idle_engine.url, stream, 40)
+    wait_idle(idle_engine)
+    through = await chat(gateway.url, stream, 40)
+    assert direct.tokens == through.tokens == 40
+    assert direct.text
+    assert through.text == direct.text
+    if stream:
+        assert through.chunks > 1, "the stream came in one piece"
 
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_completions_give_the_same_tokens_as_the_engine(
     idle_engine: Engine, gateway: Gateway, stream: bool
 ) -> None:
-    direct = await completion_tokens(idle_engine.url, stream, 40)
-    through = await completion_tokens(gateway.url, stream, 40)
-    assert direct == through == 40
+    direct = await complete(idle_engine.url, stream, 40)
+    wait_idle(idle_engine)
+    through = await complete(gateway.url, stream, 40)
+    assert direct.tokens == through.tokens == 40
+    assert direct.text
+    assert through.text == direct.text
+    if stream:
+        assert through.chunks > 1, "the stream came in one piece"
 
 
 async def test_streams_arrive_while_the_engine_is_still_generating(
@@ -173,7 +204,7 @@ async def test_models_come_from_the_engine(gateway: Gateway) -> None:
 
 async def test_the_outcomes_are_counted(gateway: Gateway) -> None:
     completed = gateway.metric("gateway_requests_total", outcome="completed")
-    await chat_tokens(gateway.url, True, 3)
+    await chat(gateway.url, True, 3)
     assert gateway.metric("gateway_requests_total", outcome="completed") == completed + 1
     assert gateway.metric("gateway_requests_in_flight") == 0
     assert gateway.metric("gateway_upstream_up") == 1

@@ -3,14 +3,17 @@ outcome, rejection reason, cancellation phase and queue priority the panels
 break out, engine preemptions, and a gateway draining."""
 
 import asyncio
+import contextlib
 import random
 import signal
 
 import httpx
 
-from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, wait_until
+from deploy.local import metric
+from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway
 from tests.support.raw_http import close, connect, read_response, request_bytes
-from tests.support.streams import hold_streams, leave_after, open_stream, read_content_chunks
+from tests.support.streams import hold_streams, open_stream, read_content_chunks
+from tests.support.wait import wait_for
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 
@@ -60,9 +63,7 @@ async def refuse_while_receiving(http: httpx.AsyncClient, gateway: Gateway) -> N
     try:
         writer.write(head + body[:10])
         await writer.drain()
-        assert await asyncio.to_thread(
-            wait_until, lambda: gateway.metric("gateway_requests_receiving") == 1, 30
-        )
+        assert await wait_for(lambda: gateway.metric("gateway_requests_receiving") == 1, timeout=30)
         refused = await http.post(f"{gateway.url}/v1/completions", json={"model": MODEL})
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "overloaded"
@@ -76,6 +77,8 @@ async def queue_with_every_priority(http: httpx.AsyncClient, admission: str) -> 
     """The admission gateway's two slots taken: its queue fills with every
     priority; one client leaves while queued, the others time out, and one
     more finds the queue full."""
+    cancelled = metric(admission, "gateway_cancellations_total", phase="queued")
+    refused = metric(admission, "gateway_rejections_total", reason="queue_full")
     blockers = await hold_streams(http, admission, LONG, 2)
     try:
         waiting = [
@@ -88,18 +91,36 @@ async def queue_with_every_priority(http: httpx.AsyncClient, admission: str) -> 
             )
             for p in ("high", "normal", "low")
         ]
-        leaving = asyncio.create_task(leave_after(admission, {**LONG, "prompt": "impatient"}, 0.5))
-        await asyncio.sleep(0.3)
+        leaving = asyncio.create_task(
+            http.post(f"{admission}/v1/completions", json={**LONG, "prompt": "impatient"})
+        )
+        # All four queued: the queue is at its depth (until they time out).
+        assert await wait_for(lambda: queued(admission) == 4, timeout=30)
         full = await http.post(
             f"{admission}/v1/completions", json={**LONG, "prompt": "one too many"}
         )
+        leaving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await leaving
         assert full.status_code == 429
-        await leaving
+        assert metric(admission, "gateway_rejections_total", reason="queue_full") == refused + 1
+        assert await wait_for(
+            lambda: (
+                metric(admission, "gateway_cancellations_total", phase="queued") == cancelled + 1
+            ),
+            timeout=30,
+        )
         for task in waiting:
-            assert (await task).status_code == 429
+            timed_out = await task
+            assert timed_out.status_code == 429
+            assert "waited" in timed_out.json()["error"]["message"]
     finally:
         for blocker in blockers:
             await blocker.aclose()
+
+
+def queued(url: str) -> float:
+    return metric(url, "gateway_queue_depth")
 
 
 async def engine_phases(http: httpx.AsyncClient, engine: Engine, direct: str) -> None:
@@ -109,23 +130,63 @@ async def engine_phases(http: httpx.AsyncClient, engine: Engine, direct: str) ->
     async with httpx.AsyncClient(base_url=direct, timeout=120) as direct_http:
         async with open_stream(direct_http, {**LONG, "prompt": "Leave mid-stream"}) as response:
             await read_content_chunks(response, 3)
-        await leave_after(direct, {**LONG, "prompt": "Leave non-streaming"}, 0.3)
+        await leave_while_in_flight(direct_http, direct)
 
         saturating = await hold_streams(
             http, engine.url, {**LONG, "prompt": str(random.random())}, ENGINE_MAX_NUM_SEQS
         )
         preempted = engine.metric("vllm:num_preemptions_total")
         try:
+            assert await wait_for(
+                lambda: engine.metric("vllm:num_requests_running") == ENGINE_MAX_NUM_SEQS,
+                timeout=60,
+            )
+            cancelled = metric(direct, "gateway_cancellations_total", phase="waiting_first_token")
             leaving = {**LONG, "prompt": "Leave before first token"}
             async with open_stream(direct_http, leaving) as _:
-                await asyncio.sleep(0.5)
+                # Every slot taken and none preempted yet: what waits is this request.
+                assert await wait_for(
+                    lambda: (
+                        engine.metric("vllm:num_requests_waiting") >= 1
+                        and engine.metric("vllm:num_preemptions_total") == preempted
+                    ),
+                    timeout=60,
+                )
+            assert await wait_for(
+                lambda: (
+                    metric(direct, "gateway_cancellations_total", phase="waiting_first_token")
+                    == cancelled + 1
+                ),
+                timeout=30,
+            )
             # Let the blockers outgrow the KV cache and preempt each other.
-            assert await asyncio.to_thread(
-                wait_until, lambda: engine.metric("vllm:num_preemptions_total") > preempted, 600
+            assert await wait_for(
+                lambda: engine.metric("vllm:num_preemptions_total") > preempted, timeout=600
             )
         finally:
             for blocker in saturating:
                 await blocker.aclose()
+
+
+async def leave_while_in_flight(http: httpx.AsyncClient, gateway: str) -> None:
+    """A non-streaming call whose client leaves once the gateway has sent it
+    to the engine."""
+    # Nothing else through this gateway (the last stream has let go).
+    assert await wait_for(lambda: metric(gateway, "gateway_requests_in_flight") == 0, timeout=30)
+    cancelled = metric(gateway, "gateway_cancellations_total", phase="non_streaming")
+    call = asyncio.create_task(
+        http.post("/v1/completions", json={**LONG, "prompt": "Leave non-streaming"})
+    )
+    assert await wait_for(lambda: metric(gateway, "gateway_requests_in_flight") == 1, timeout=30)
+    call.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    assert await wait_for(
+        lambda: (
+            metric(gateway, "gateway_cancellations_total", phase="non_streaming") == cancelled + 1
+        ),
+        timeout=30,
+    )
 
 
 async def drain(direct: Gateway) -> None:
@@ -138,8 +199,9 @@ async def drain(direct: Gateway) -> None:
         chunks = response.aiter_raw()
         assert await anext(chunks)
         direct.process.signal(signal.SIGTERM)
-        await asyncio.sleep(0.5)
+        assert await wait_for(lambda: direct.metric("gateway_draining") == 1, timeout=30)
         refused = await http.post("/v1/completions", json={**LONG, "prompt": "late"})
         assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "draining"
         async for _ in chunks:
             pass

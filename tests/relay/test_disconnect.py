@@ -6,20 +6,34 @@ time from disconnect to an idle engine is printed (run with ``-s`` to see it).
 """
 
 import asyncio
+import contextlib
 import time
 
 import httpx
 import psutil
 
-from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, engine_idle, wait_until
+from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, engine_idle
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
+from tests.support.wait import wait_for, wait_until
 
-LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
+MAX_TOKENS = 1500
+LONG = {"model": MODEL, "max_tokens": MAX_TOKENS, "ignore_eos": True}
 IDLE_WITHIN = 30.0
 
 
 def cancels(gateway: Gateway, phase: str) -> float:
     return gateway.metric("gateway_cancellations_total", phase=phase)
+
+
+def generated_since(engine: Engine, before: float) -> float:
+    return engine.metric("vllm:generation_tokens_total") - before
+
+
+def far_short_of(streams: int) -> float:
+    """A bound on the tokens ``streams`` aborted requests may generate: half
+    of what they would if the engine ran them to ``max_tokens``, so neither a
+    slow abort nor a busy machine reaches it, and a missing abort cannot miss it."""
+    return streams * MAX_TOKENS / 2
 
 
 def seconds_until_idle(engine: Engine, since: float) -> float:
@@ -40,7 +54,7 @@ async def test_disconnect_mid_stream(idle_engine: Engine, gateway: Gateway) -> N
         await read_content_chunks(response, 5)
     left = time.monotonic()
     took = seconds_until_idle(idle_engine, left)
-    generated = idle_engine.metric("vllm:generation_tokens_total") - before_tokens
+    generated = generated_since(idle_engine, before_tokens)
     print(
         f"\nmid-stream disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens generated"
     )
@@ -54,16 +68,27 @@ async def test_disconnect_during_a_non_streaming_call(
 ) -> None:
     before_tokens = idle_engine.metric("vllm:generation_tokens_total")
     before = cancels(gateway, "non_streaming")
-    async with httpx.AsyncClient(base_url=gateway.url, timeout=0.3) as http:
-        try:
-            await http.post("/v1/completions", json={**LONG, "prompt": "The orchard"})
-        except httpx.ReadTimeout:
-            pass
-        else:
-            raise AssertionError("the call finished before the client gave up")
+
+    def generating() -> bool:
+        """The gateway sent the call on and the engine runs it: the call is
+        in its non-streaming phase."""
+        return (
+            gateway.metric("gateway_requests_in_flight") == 1
+            and idle_engine.metric("vllm:num_requests_running") == 1
+        )
+
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+        call = asyncio.create_task(
+            http.post("/v1/completions", json={**LONG, "prompt": "The orchard"})
+        )
+        assert await wait_for(generating, timeout=30)
+        assert not call.done(), "the call finished before the client gave up"
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
     left = time.monotonic()
     took = seconds_until_idle(idle_engine, left)
-    generated = idle_engine.metric("vllm:generation_tokens_total") - before_tokens
+    generated = generated_since(idle_engine, before_tokens)
     print(f"\nnon-streaming disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens")
     assert generated < 500
     assert wait_until(lambda: cancels(gateway, "non_streaming") == before + 1, timeout=30)
@@ -109,12 +134,16 @@ async def test_disconnect_while_waiting_for_the_first_token(
 async def test_fifty_disconnects_leave_nothing_behind(
     idle_engine: Engine, gateway: Gateway
 ) -> None:
+    before_tokens = idle_engine.metric("vllm:generation_tokens_total")
     before = cancels(gateway, "streaming")
     async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
         for i in range(50):
             async with open_stream(http, {**LONG, "prompt": f"Round {i}"}) as response:
                 await read_content_chunks(response, 1)
     assert wait_until(lambda: engine_idle(idle_engine), timeout=IDLE_WITHIN)
+    generated = generated_since(idle_engine, before_tokens)
+    print(f"\nfifty disconnects: {generated:.0f} tokens generated")
+    assert generated < far_short_of(50)
     assert wait_until(lambda: cancels(gateway, "streaming") == before + 50, timeout=10)
     assert gateway.metric("gateway_requests_in_flight") == 0
 
@@ -137,7 +166,10 @@ async def test_fifty_disconnects_leave_nothing_behind(
 
 
 async def test_concurrent_disconnects_mid_stream(idle_engine: Engine, gateway: Gateway) -> None:
-    """Disconnects that land together are each noticed."""
+    """Disconnects that land together are each noticed, and each ends its
+    request in the engine: six streams of 1,500 tokens run to the end would
+    go idle within the bound on their own, so the tokens tell."""
+    before_tokens = idle_engine.metric("vllm:generation_tokens_total")
     before = cancels(gateway, "streaming")
 
     async def one(i: int) -> None:
@@ -149,4 +181,7 @@ async def test_concurrent_disconnects_mid_stream(idle_engine: Engine, gateway: G
 
     await asyncio.gather(*(one(i) for i in range(6)))
     assert wait_until(lambda: engine_idle(idle_engine), timeout=IDLE_WITHIN)
+    generated = generated_since(idle_engine, before_tokens)
+    print(f"\nsix concurrent disconnects: {generated:.0f} tokens generated")
+    assert generated < far_short_of(6)
     assert wait_until(lambda: cancels(gateway, "streaming") == before + 6, timeout=10)
