@@ -6,7 +6,6 @@ and at most 8 running sequences, so tests can saturate it on purpose.
 """
 
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from deploy.local import ManagedProcess, free_port, metric
+from tests.support.wait import wait_until
 
 ENGINE_KV_BLOCKS = 24
 ENGINE_MAX_NUM_SEQS = 8
@@ -33,15 +33,6 @@ class Service:
 Engine = Service
 Gateway = Service
 StartGateway = Callable[..., Gateway]
-
-
-def wait_until(check: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(interval)
-    return check()
 
 
 def engine_idle(engine: Engine) -> bool:

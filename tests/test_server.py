@@ -6,8 +6,9 @@ import signal
 
 import httpx
 
-from tests.conftest import MODEL, Engine, Gateway, StartGateway, wait_until
+from tests.conftest import MODEL, Engine, Gateway, StartGateway
 from tests.support.streams import open_stream
+from tests.support.wait import wait_until
 
 LONG = {"model": MODEL, "prompt": "The city built a bridge", "ignore_eos": True}
 

@@ -8,10 +8,10 @@ import signal
 
 import httpx
 
-from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle, wait_until
+from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle
 from tests.support.fairness import heavy_admitted_before_light_finished
 from tests.support.streams import hold_streams
-from tests.support.wait import wait_for
+from tests.support.wait import wait_for, wait_until
 
 LONG = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
 

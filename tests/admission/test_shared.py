@@ -1,14 +1,8 @@
 """Two gateway replicas, in-process, sharing state through a real Redis in
 front of one scripted engine: one budget for the engine, not one each."""
 
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
-
 from app.admission.controller import AdmissionController
 from tests.support.asgi import InProcessGateway, in_process_gateway
-from tests.support.redis_server import RedisServer
 from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk
 from tests.support.wait import wait_for
 
@@ -28,14 +22,6 @@ def count_heartbeats(gateway: InProcessGateway) -> list[int]:
 
     controller.shared.on_view(seen)
     return beats
-
-
-@pytest.fixture
-def redis_url(tmp_path: Path) -> Iterator[str]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server.url
-    server.stop()
 
 
 async def test_a_burst_split_over_two_replicas_stays_within_one_budget(redis_url: str) -> None:

@@ -17,9 +17,9 @@ from tests.conftest import (
     StartGateway,
     engine_idle,
     launch_gateway,
-    wait_until,
 )
 from tests.support.raw_http import close, connect, read_response, request_bytes
+from tests.support.wait import wait_until
 
 COMPLETIONS = "/v1/completions"
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")

@@ -31,9 +31,10 @@ from openai import AsyncOpenAI
 
 from app.engine.discovery import engine_urls, is_dns, resolve
 from deploy.local import ManagedProcess, free_port, scrape
-from tests.conftest import MODEL, Engine, Gateway, Service, wait_until
+from tests.conftest import MODEL, Engine, Gateway, Service
 from tests.support.dns import DnsServer, resolving_through
 from tests.support.raw_http import request_bytes
+from tests.support.wait import wait_until
 
 NAME = "engines.test"
 # Re-resolved this often (seconds), so that a changed answer shows at once.

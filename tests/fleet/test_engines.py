@@ -20,8 +20,8 @@ from tests.conftest import (
     Service,
     StartGateway,
     engine_idle,
-    wait_until,
 )
+from tests.support.wait import wait_until
 
 
 def start_engine(log_dir: Path, port: int) -> ManagedProcess:

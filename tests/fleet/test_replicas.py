@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from app.keys.ring import hash_key
-from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle, wait_until
+from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle
 from tests.support.fairness import heavy_admitted_before_light_finished
 from tests.support.redis_server import RedisServer
+from tests.support.wait import wait_until
 
 LONG = {"model": MODEL, "max_tokens": 600, "ignore_eos": True, "stream": True}
 

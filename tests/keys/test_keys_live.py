@@ -12,7 +12,8 @@ from openai import APIStatusError, AsyncOpenAI
 
 from app.keys.ring import hash_key
 from deploy.local import scrape
-from tests.conftest import MODEL, Engine, Gateway, launch_gateway, wait_until
+from tests.conftest import MODEL, Engine, Gateway, launch_gateway
+from tests.support.wait import wait_until
 
 WINDOW = 10
 TOKENS_PER_WINDOW = 3000

@@ -23,7 +23,8 @@ import yaml
 from app.engine.monitor import engine_label
 from app.keys.ring import hash_key
 from deploy.local import scrape
-from tests.conftest import MODEL, Engine, Gateway, engine_idle, wait_until
+from tests.conftest import MODEL, Engine, Gateway, engine_idle
+from tests.support.wait import wait_until
 
 TENANT = "acme"
 TOKENS_PER_WINDOW = 200

@@ -23,10 +23,11 @@ import yaml
 
 from dashboards import build, snapshot
 from deploy.local import ROOT, ManagedProcess, free_port
-from tests.conftest import Engine, Gateway, launch_gateway, wait_until
+from tests.conftest import Engine, Gateway, launch_gateway
 from tests.observability import live_fleet, live_load
 from tests.observability.test_dashboards import load, queries
 from tests.support.redis_server import RedisServer
+from tests.support.wait import wait_until
 
 RATE_INTERVAL = "1m"
 # Longer than the whole run: every sample of it.

@@ -7,8 +7,9 @@ import httpx
 import pytest
 
 from deploy.local import free_port
-from tests.conftest import Gateway, StartGateway, wait_until
+from tests.conftest import Gateway, StartGateway
 from tests.support.fake_engine import QUEUE_FULL, FakeEngine, awkward_stream
+from tests.support.wait import wait_until
 
 
 @pytest.fixture

@@ -47,10 +47,3 @@ async def read_content_chunks(response: httpx.Response, count: int) -> None:
         seen += raw.count(b'"text":"') - raw.count(b'"text":""')
         if seen >= count:
             return
-
-
-async def leave_after(url: str, body: dict[str, Any], seconds: float, **headers: str) -> None:
-    """A non-streaming call whose client gives up after ``seconds``."""
-    async with httpx.AsyncClient(base_url=url, timeout=seconds) as http:
-        with contextlib.suppress(httpx.TimeoutException):
-            await http.post("/v1/completions", json=body, headers=headers)
