@@ -3,11 +3,14 @@ official ``openai`` client."""
 
 import json
 import uuid
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import httpx
 import pytest
 from openai import AsyncOpenAI
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.conftest import MODEL, Engine, Gateway, engine_idle
@@ -44,6 +47,27 @@ class Answer:
     chunks: int  # chunks with content (1 when not streamed)
 
 
+class Event(Protocol):
+    @property
+    def usage(self) -> CompletionUsage | None: ...
+
+
+E = TypeVar("E", bound=Event)
+
+
+async def collect(events: AsyncIterable[E], text_of: Callable[[E], str | None]) -> Answer:
+    """A stream's text, its content chunks and its usage."""
+    answer = Answer("", 0, 0)
+    async for event in events:
+        if event.usage is not None:
+            answer.tokens = event.usage.completion_tokens
+        text = text_of(event)
+        if text:
+            answer.text += text
+            answer.chunks += 1
+    return answer
+
+
 def client(base_url: str) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
 
@@ -56,7 +80,6 @@ async def chat(base_url: str, stream: bool, max_tokens: int) -> Answer:
             )
             assert reply.usage is not None
             return Answer(reply.choices[0].message.content or "", reply.usage.completion_tokens, 1)
-        answer = Answer("", 0, 0)
         events = await api.chat.completions.create(
             model=MODEL,
             messages=MESSAGES,
@@ -65,13 +88,7 @@ async def chat(base_url: str, stream: bool, max_tokens: int) -> Answer:
             stream_options={"include_usage": True},
             extra_body=seeded(),
         )
-        async for event in events:
-            if event.usage is not None:
-                answer.tokens = event.usage.completion_tokens
-            if event.choices and event.choices[0].delta.content:
-                answer.text += event.choices[0].delta.content
-                answer.chunks += 1
-        return answer
+        return await collect(events, lambda e: e.choices[0].delta.content if e.choices else None)
 
 
 async def complete(base_url: str, stream: bool, max_tokens: int) -> Answer:
@@ -83,7 +100,6 @@ async def complete(base_url: str, stream: bool, max_tokens: int) -> Answer:
             )
             assert reply.usage is not None
             return Answer(reply.choices[0].text, reply.usage.completion_tokens, 1)
-        answer = Answer("", 0, 0)
         events = await api.completions.create(
             model=MODEL,
             prompt=prompt,
@@ -92,13 +108,7 @@ async def complete(base_url: str, stream: bool, max_tokens: int) -> Answer:
             stream_options={"include_usage": True},
             extra_body=seeded(),
         )
-        async for event in events:
-            if event.usage is not None:
-                answer.tokens = event.usage.completion_tokens
-            if event.choices and event.choices[0].text:
-                answer.text += event.choices[0].text
-                answer.chunks += 1
-        return answer
+        return await collect(events, lambda e: e.choices[0].text if e.choices else None)
 
 
 def wait_idle(engine: Engine) -> None:
