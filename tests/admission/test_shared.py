@@ -28,8 +28,12 @@ async def test_a_burst_split_over_two_replicas_stays_within_one_budget(redis_url
     # 24 blocks of 16 tokens; each request asks for 7 blocks: 3 fit.
     engine = ScriptedEngine(kv_blocks=24, block_size=16)
     async with (
-        in_process_gateway(engine, redis_url=redis_url, queue_timeout=60) as first,
-        in_process_gateway(engine, redis_url=redis_url, queue_timeout=60) as second,
+        in_process_gateway(
+            engine, redis_url=redis_url, redis_timeout=10, queue_timeout=60
+        ) as first,
+        in_process_gateway(
+            engine, redis_url=redis_url, redis_timeout=10, queue_timeout=60
+        ) as second,
     ):
         exchanges = [
             gw.request("/v1/completions", BODY) for gw in (first, second) for _ in range(6)

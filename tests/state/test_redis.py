@@ -24,7 +24,10 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 async def replicas(server: RedisServer) -> AsyncIterator[list[SharedRedis]]:
-    shared = [SharedRedis(server.url, lease=1.0, timeout=1.0) for _ in range(2)]
+    # A short lease (the lease tests wait it out); a generous timeout: forty
+    # holds at once on a busy machine take more than a second, and a timed-out
+    # call would count Redis as down, which only one test here is about.
+    shared = [SharedRedis(server.url, lease=1.0, timeout=10.0) for _ in range(2)]
     for one in shared:
         await one.heartbeat()
     yield shared
