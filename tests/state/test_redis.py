@@ -4,6 +4,7 @@ Redis stops answering."""
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from app.state.fleet import FleetState
 from app.state.redis import SharedRedis
 from app.state.redis_limits import RedisLimits, SharedLimits
 from tests.support.redis_server import RedisServer
+from tests.support.wait import wait_for
 
 
 @pytest.fixture
@@ -22,17 +24,27 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
     redis.stop()
 
 
-@pytest.fixture
-async def replicas(server: RedisServer) -> AsyncIterator[list[SharedRedis]]:
-    # A short lease (the lease tests wait it out); a generous timeout: forty
-    # holds at once on a busy machine take more than a second, and a timed-out
-    # call would count Redis as down, which only one test here is about.
-    shared = [SharedRedis(server.url, lease=1.0, timeout=10.0) for _ in range(2)]
+@asynccontextmanager
+async def two_replicas(server: RedisServer, lease: float) -> AsyncIterator[list[SharedRedis]]:
+    # A generous timeout: forty holds at once on a busy machine take more
+    # than a second, and a timed-out call would count Redis as down, which
+    # only one test here is about.
+    shared = [SharedRedis(server.url, lease=lease, timeout=10.0) for _ in range(2)]
     for one in shared:
         await one.heartbeat()
-    yield shared
-    for one in shared:
-        await one.aclose()
+    try:
+        yield shared
+    finally:
+        for one in shared:
+            await one.aclose()
+
+
+@pytest.fixture
+async def replicas(server: RedisServer) -> AsyncIterator[list[SharedRedis]]:
+    # A lease no test outlasts, however busy the machine: nothing here
+    # renews it, and a replica whose lease ran out stops counting.
+    async with two_replicas(server, lease=120.0) as shared:
+        yield shared
 
 
 async def test_two_replicas_deciding_at_once_never_overbook_an_engine(
@@ -55,16 +67,20 @@ async def test_two_replicas_deciding_at_once_never_overbook_an_engine(
 
 
 async def test_a_replica_that_stops_renewing_its_lease_stops_counting(
-    replicas: list[SharedRedis],
+    server: RedisServer,
 ) -> None:
-    first, second = (FleetState(one) for one in replicas)
-    assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
-    assert not (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
-    # The first replica dies: nothing renews its lease (1 s).
-    await asyncio.sleep(1.5)
-    totals = await second.heartbeat({"e": (0, 0, 0)})
-    assert totals["e"] == (0, 0, 0)
-    assert (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
+    async with two_replicas(server, lease=1.0) as replicas:
+        first, second = (FleetState(one) for one in replicas)
+        assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
+        assert not (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
+
+        # The first replica dies: nothing renews its lease (1 s); the second
+        # renews its own, and the first's holdings stop counting.
+        async def first_forgotten() -> bool:
+            return (await second.heartbeat({"e": (0, 0, 0)}))["e"] == (0, 0, 0)
+
+        assert await wait_for(first_forgotten, timeout=30)
+        assert (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
 
 
 async def test_the_fair_share_clock_is_the_fleets(replicas: list[SharedRedis]) -> None:

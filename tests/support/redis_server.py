@@ -31,16 +31,18 @@ class RedisServer:
 
     def start(self) -> None:
         self.process = ManagedProcess(f"redis-{self.port}", self._argv, {}, self._log_dir)
-        client = redis.Redis.from_url(self.url, socket_timeout=1)
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        # Closed on the way out: a client left to the garbage collector
+        # leaves its socket to it too (a ResourceWarning, at some later test).
+        with redis.Redis.from_url(self.url, socket_timeout=1) as client:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.exceptions.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
 
     def stop(self) -> None:
         if self.process is not None:
