@@ -25,18 +25,11 @@ import logging
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.errors import BodyTimeout
+
 log = logging.getLogger("gateway.connections")
 
-_BODY = json.dumps(
-    {
-        "error": {
-            "message": "the request head did not arrive in time",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "request_timeout",
-        }
-    }
-).encode()
+_BODY = json.dumps(BodyTimeout("the request head did not arrive in time").body()).encode()
 _TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
     b"connection: close\r\ncontent-length: " + str(len(_BODY)).encode() + b"\r\n\r\n" + _BODY

@@ -44,6 +44,23 @@ import math
 from typing import Any, Literal
 
 Outcome = Literal["completed", "rejected", "cancelled", "failed"]
+# Every ``reason`` a rejection is counted under (``gateway_rejections_total``):
+# the ``reason`` of each error below whose outcome is ``rejected``.
+REJECTION_REASONS = (
+    "invalid",
+    "too_large",
+    "body_timeout",
+    "unauthorized",
+    "forbidden",
+    "rate_limited",
+    "queue_full",
+    "queue_timeout",
+    "overloaded",
+    "unavailable",
+    "draining",
+    "slow_reader",
+    "engine_invalid",
+)
 
 
 class ClientDisconnected(Exception):
@@ -57,6 +74,11 @@ class GatewayError(Exception):
     code: str | None = None
     outcome: Outcome = "failed"
     reason: str = "internal"
+    # Before any byte of the answer reached the client, another engine may
+    # not fail the request this way: it is tried once elsewhere.
+    retryable: bool = False
+    # The engine is gone (not merely busy): it is ejected at once.
+    ejects: bool = False
 
     def __init__(
         self,
@@ -134,6 +156,21 @@ class Unauthorized(InvalidRequest):
     status = 401
     code = "invalid_api_key"
     reason = "unauthorized"
+
+
+class NotFound(InvalidRequest):
+    """A path that is not served (on this port)."""
+
+    status = 404
+    code = "not_found"
+
+
+class MethodNotAllowed(InvalidRequest):
+    status = 405
+    code = "method_not_allowed"
+
+    def __init__(self, allowed: str) -> None:
+        super().__init__("Method Not Allowed", headers={"Allow": allowed})
 
 
 class Forbidden(InvalidRequest):
@@ -227,12 +264,24 @@ class InternalError(GatewayError):
     code = "internal_error"
 
 
+class FrameworkError(GatewayError):
+    """An HTTP error of the web framework's own (a malformed request line,
+    a route it refused), in the gateway's shape."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = "invalid_request_error" if status < 500 else "internal_error"
+
+
 class UpstreamFailed(GatewayError):
     """The engine went away or broke the protocol while serving the request."""
 
     status = 502
     type = "upstream_error"
     code = "engine_error"
+    retryable = True
+    ejects = True
 
 
 class UpstreamUnreachable(UpstreamFailed):
@@ -249,12 +298,18 @@ class PoolExhausted(UpstreamFailed):
     status = 503
     type = "service_unavailable"
     code = "gateway_pool_exhausted"
+    # The gateway's own pool, the same for every engine.
+    retryable = False
+    ejects = False
 
 
 class UpstreamTimeout(UpstreamFailed):
+    """The engine was reached and is slow: avoided by the retry, not ejected."""
+
     status = 504
     type = "timeout_error"
     code = "engine_timeout"
+    ejects = False
 
 
 class StoppedByShutdown(UpstreamFailed):
@@ -263,19 +318,26 @@ class StoppedByShutdown(UpstreamFailed):
     status = 503
     type = "service_unavailable"
     code = "draining"
+    retryable = False
+    ejects = False
 
 
 class EngineStatusError(UpstreamFailed):
     """The engine answered with an error status; its body is passed on as is
     when it is already OpenAI-shaped. A 4xx (other than 429) is the client's
     error — a sampling parameter the engine refused —, so the request counts
-    as ``rejected`` with reason ``engine_invalid``."""
+    as ``rejected`` with reason ``engine_invalid``. An engine that answers
+    is alive (vLLM's 503 for its queue cap is a busy engine): never ejected;
+    its 5xx and 429 are tried elsewhere."""
+
+    ejects = False
 
     def __init__(self, status: int, content: bytes, retry_after: float | None = None) -> None:
         parsed = _openai_error(content)
         message = parsed["error"]["message"] if parsed else f"engine answered {status}"
         super().__init__(str(message), retry_after=retry_after)
         self.status = status
+        self.retryable = status >= 500 or status == 429
         self.content = content if parsed else None
         if parsed:
             self.type = str(parsed["error"].get("type") or self.type)

@@ -17,7 +17,7 @@ from app.api import completions, health
 from app.api.entry import Gateway
 from app.api.ports import PortRouter
 from app.drain import Drain
-from app.errors import GatewayError, InternalError, InvalidRequest
+from app.errors import FrameworkError, InternalError, InvalidRequest
 from app.request_id import RequestIdMiddleware
 from app.responses import error_response
 from app.services import build_services
@@ -62,7 +62,7 @@ def create_app(
             for task in tasks:
                 with suppress(asyncio.CancelledError):
                     await task
-            await services.engine.aclose()
+            await services.engine_client.aclose()
             if services.shared is not None:
                 await services.shared.aclose()
 
@@ -100,10 +100,7 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        error = GatewayError(str(exc.detail))
-        error.status = exc.status_code
-        error.type = "invalid_request_error" if exc.status_code < 500 else "internal_error"
-        return error_response(error)
+        return error_response(FrameworkError(exc.status_code, str(exc.detail)))
 
     async def invalid(_: Request, exc: Exception) -> Response:
         return error_response(InvalidRequest(str(exc)))

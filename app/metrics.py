@@ -1,23 +1,17 @@
 """The gateway's Prometheus metrics, on a registry of their own per app.
 
-Names follow DESIGN.md's contract (no colons: those are for recording rules).
+The names and labels are a contract: the dashboards, the alert rules and
+the load reports read them (no colons: those are for recording rules).
 Label values that dashboards break out are created at start so their series
 exist from the first scrape.
 """
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
-REJECTION_REASONS = (
-    "invalid",
-    "too_large",
-    "queue_full",
-    "queue_timeout",
-    "unavailable",
-    "draining",
-)
 CANCEL_PHASES = ("receiving", "queued", "waiting_first_token", "streaming", "non_streaming")
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)

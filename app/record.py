@@ -84,10 +84,6 @@ class RequestRecord:
     charged_tokens: int = 0
     charged_wall: float | None = None
     used_tokens: int = 0
-    # Set by the SSE response when the client's disconnect message arrives, so
-    # a stream torn down by a disconnect is told apart from one torn down by
-    # the gateway itself (a slow reader dropped, a forced shutdown).
-    client_gone: bool = False
 
     _on_end: list[Callable[["RequestRecord"], None]] = field(default_factory=list)
 

@@ -14,13 +14,13 @@ from app.admission.base import Admission, Unlimited
 from app.admission.controller import AdmissionController
 from app.admission.estimate import PromptTokenEstimator
 from app.drain import Drain
+from app.engine.client import EngineClient
 from app.engine.pool import EnginePool
 from app.keys.quota import KeyQuota
 from app.keys.watch import KeysWatcher
 from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
-from app.relay.upstream import EngineClient
 from app.routing.base import Router
 from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
@@ -37,7 +37,8 @@ class Services:
     settings: Settings
     metrics: GatewayMetrics
     telemetry: Telemetry
-    engine: EngineClient
+    # The HTTP client for the engines, and the engines it calls.
+    engine_client: EngineClient
     engines: EnginePool
     drain: Drain
     admission: Admission
@@ -98,7 +99,7 @@ def build_services(
         settings=settings,
         metrics=metrics,
         telemetry=Telemetry(metrics),
-        engine=engine,
+        engine_client=engine,
         engines=engines,
         drain=drain,
         admission=admission,

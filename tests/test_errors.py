@@ -5,12 +5,19 @@ import json
 import pytest
 
 from app.errors import (
+    REJECTION_REASONS,
     EngineStatusError,
+    GatewayError,
     OverCapacity,
+    PoolExhausted,
     RateLimited,
+    StoppedByShutdown,
+    UpstreamFailed,
     UpstreamTimeout,
+    UpstreamUnreachable,
     sse_error_event,
 )
+from app.metrics import GatewayMetrics
 
 
 def test_an_engine_4xx_is_the_clients_error_and_a_5xx_a_failure() -> None:
@@ -38,3 +45,44 @@ def test_retry_after_is_whole_seconds_rounded_up(seconds: float, header: str) ->
     assert capacity.headers()["Retry-After"] == header
     limited = RateLimited("slow down", limit="tokens", retry_after=seconds, headers={})
     assert limited.headers()["Retry-After"] == header
+
+
+def _subclasses(cls: type[GatewayError]) -> list[type[GatewayError]]:
+    found = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def test_every_rejection_reason_has_its_series_from_the_start() -> None:
+    classes = [c for c in _subclasses(GatewayError) if c is not OverCapacity]
+    rejected = {c.reason for c in classes if c.outcome == "rejected"}
+    # Set per instance: capacity's two reasons, an engine's own 4xx.
+    rejected |= {"queue_full", "queue_timeout", EngineStatusError(400, b"").reason}
+    assert rejected == set(REJECTION_REASONS)
+    registry = GatewayMetrics().registry
+    series = {
+        s.labels["reason"]
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "gateway_rejections_total"
+    }
+    assert series == set(REJECTION_REASONS)
+
+
+def test_what_the_retry_rule_reads_is_the_errors_own() -> None:
+    # Gone: tried elsewhere, and ejected.
+    assert (UpstreamUnreachable("x").retryable, UpstreamUnreachable("x").ejects) == (True, True)
+    assert (UpstreamFailed("x").retryable, UpstreamFailed("x").ejects) == (True, True)
+    # Busy or slow: tried elsewhere, not ejected.
+    assert (UpstreamTimeout("x").retryable, UpstreamTimeout("x").ejects) == (True, False)
+    assert (EngineStatusError(503, b"").retryable, EngineStatusError(503, b"").ejects) == (
+        True,
+        False,
+    )
+    assert EngineStatusError(429, b"").retryable
+    # The request's own fault, the gateway's own pool, the shutdown: nowhere better.
+    assert not EngineStatusError(400, b"").retryable
+    assert not PoolExhausted("x").retryable
+    assert not StoppedByShutdown("x").retryable
+    assert not OverCapacity("x", reason="queue_full", retry_after=1).retryable

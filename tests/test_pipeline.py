@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app.admission.base import AdmissionRequest
-from app.admission.controller import AdmissionController, Ticket
+from app.admission.controller import AdmissionController, KvHold
 from app.record import RequestRecord
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, usage_chunk
@@ -65,7 +65,7 @@ async def test_admitted_just_as_the_client_left_gives_the_capacity_back(
     """The queued request is admitted (the holder's capacity given back) and
     its client's disconnect arrives in the same turn of the loop, in either
     order."""
-    tickets = capture_tickets(monkeypatch)
+    holds = capture_holds(monkeypatch)
     async with in_process_gateway(max_concurrency=1) as gateway:
         holder = gateway.request(COMPLETIONS, body(stream=True))
         call = await gateway.engine.calls.get()
@@ -75,7 +75,7 @@ async def test_admitted_just_as_the_client_left_gives_the_capacity_back(
         await _until(lambda: gateway.metric("gateway_queue_depth") == 1)
         admission = gateway.services.admission
         assert isinstance(admission, AdmissionController)
-        (holders_ticket,) = tickets
+        (holders_ticket,) = holds
         if leave_first:
             queued.disconnect()
             admission.give_back(holders_ticket.reservation)
@@ -184,10 +184,10 @@ async def test_served_and_refused_durations_are_kept_apart() -> None:
         assert gateway.metric(count, outcome="completed") == 1
 
 
-def capture_tickets(monkeypatch: pytest.MonkeyPatch) -> list[Ticket]:
+def capture_holds(monkeypatch: pytest.MonkeyPatch) -> list[KvHold]:
     """Keep every ticket admission hands out, so a test can give one back
     at the moment it chooses."""
-    tickets: list[Ticket] = []
+    holds: list[KvHold] = []
     admit = AdmissionController.admit
 
     async def keeping(
@@ -195,13 +195,13 @@ def capture_tickets(monkeypatch: pytest.MonkeyPatch) -> list[Ticket]:
         request: AdmissionRequest,
         record: RequestRecord,
         excluded: Iterable[str] = (),
-    ) -> Ticket:
+    ) -> KvHold:
         ticket = await admit(self, request, record, excluded)
-        tickets.append(ticket)
+        holds.append(ticket)
         return ticket
 
     monkeypatch.setattr(AdmissionController, "admit", keeping)
-    return tickets
+    return holds
 
 
 async def _until(check: Callable[[], bool]) -> None:

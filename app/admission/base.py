@@ -24,7 +24,7 @@ class AdmissionRequest:
     affinity: int | None = None
 
 
-class Ticket(Protocol):
+class Hold(Protocol):
     """An admitted request's hold on one engine."""
 
     @property
@@ -38,7 +38,7 @@ class Ticket(Protocol):
 class Admission(Protocol):
     async def admit(
         self, request: AdmissionRequest, record: RequestRecord, excluded: Iterable[str] = ()
-    ) -> Ticket:
+    ) -> Hold:
         """Wait until the request may go to an engine (not one of
         ``excluded``: a retry), or raise a ``GatewayError``."""
 
@@ -60,7 +60,7 @@ class _Engine:
 
 
 @dataclass(eq=False)
-class _Passage:
+class _CountedHold:
     owner: "Unlimited"
     engine: str
     released: bool = field(default=False)
@@ -84,7 +84,7 @@ class Unlimited:
 
     async def admit(
         self, request: AdmissionRequest, record: RequestRecord, excluded: Iterable[str] = ()
-    ) -> Ticket:
+    ) -> Hold:
         skip = set(excluded)
         loads = [
             EngineLoad(url, state.in_flight, 1.0, 0.0, True)
@@ -95,7 +95,7 @@ class Unlimited:
         if choice is None:
             raise EngineUnavailable("no engine is available for this model", retry_after=1)
         self.engines[choice.engine].in_flight += 1
-        return _Passage(self, choice.engine)
+        return _CountedHold(self, choice.engine)
 
     def start_draining(self) -> None:
         return None

@@ -86,7 +86,7 @@ class AdmissionController:
         request: AdmissionRequest,
         record: RequestRecord,
         excluded: Iterable[str] = (),
-    ) -> "Ticket":
+    ) -> "KvHold":
         """Wait until the request is admitted to an engine. ``excluded``: a
         retry, which goes to the front of its queue and avoids those engines."""
         if self._draining:
@@ -129,7 +129,7 @@ class AdmissionController:
         reservation = future.result()
         self._metrics.queue_wait.observe(time.monotonic() - waiter.arrival)
         self._count_route(reservation)
-        return Ticket(self, reservation, request)
+        return KvHold(self, reservation, request)
 
     def _prefix(self, job: CompletionJob) -> tuple[tuple[int, int], ...]:
         """The first prompt's prefix pieces, with the tokens (estimated) up
@@ -300,7 +300,7 @@ class AdmissionController:
                 m.kv_budget.labels(label).set(budget.budget_blocks * block)
 
 
-class Ticket:
+class KvHold:
     """An admitted request's reservation on one engine, given back exactly once."""
 
     def __init__(

@@ -43,9 +43,6 @@ class Demand:
         prompt once, every output token of every sequence."""
         return self.prompt_tokens + (sum(self.seq_tokens) - self.prompt_tokens) * self.n
 
-    def blocks(self, block_size: int) -> int:
-        return sum(math.ceil(t / block_size) for t in self.seq_tokens) * self.n
-
 
 def demand_of(job: CompletionJob, estimator: PromptTokenEstimator) -> Demand:
     seq_tokens = []

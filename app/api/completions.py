@@ -1,4 +1,6 @@
-"""The OpenAI-compatible routes the gateway serves."""
+"""The OpenAI-compatible routes FastAPI serves: ``/v1/models``.
+
+The two completion routes are taken at the entry (``app.api.entry``)."""
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
@@ -6,20 +8,9 @@ from starlette.responses import JSONResponse, Response
 from app.api.deps import ServicesDep
 from app.errors import EngineUnavailable, GatewayError
 from app.keys.identify import authenticate
-from app.pipeline import serve_completion
 from app.responses import error_response
 
 router = APIRouter(prefix="/v1")
-
-
-@router.post("/chat/completions")
-async def chat_completions(request: Request, services: ServicesDep) -> Response:
-    return await serve_completion(request, "chat", services)
-
-
-@router.post("/completions")
-async def completions(request: Request, services: ServicesDep) -> Response:
-    return await serve_completion(request, "completions", services)
 
 
 @router.get("/models")

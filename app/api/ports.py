@@ -4,20 +4,10 @@ process and one app listen on both ports; the port a request came in on
 decides. Behind a platform, publish the main port and keep the admin port on
 the internal network (Prometheus scrapes it there)."""
 
-import json
-
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-_NOT_HERE = json.dumps(
-    {
-        "error": {
-            "message": "not served on this port",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "not_found",
-        }
-    }
-).encode()
+from app.errors import NotFound
+from app.responses import error_response
 
 
 class PortRouter:
@@ -27,17 +17,7 @@ class PortRouter:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not self._served(scope):
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 404,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(_NOT_HERE)).encode()),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": _NOT_HERE})
+            await error_response(NotFound("not served on this port"))(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

@@ -40,9 +40,9 @@ from typing import Any
 
 import httpx
 
+from app.engine.client import EngineClient
 from app.engine.stats import EngineStats, parse_engine_stats
 from app.metrics import GatewayMetrics
-from app.relay.upstream import EngineClient
 from app.settings import Settings
 
 log = logging.getLogger("gateway.engine")

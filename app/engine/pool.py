@@ -22,10 +22,10 @@ import logging
 from contextlib import suppress
 from typing import Any
 
+from app.engine.client import EngineClient
 from app.engine.discovery import engine_urls, is_dns, resolve
 from app.engine.monitor import EngineMonitor, StateListener, StatsListener
 from app.metrics import GatewayMetrics
-from app.relay.upstream import EngineClient
 from app.settings import Settings
 
 log = logging.getLogger("gateway.engine")

@@ -21,10 +21,6 @@ class KeyRing:
     def lookup(self, presented: str) -> KeyEntry | None:
         return self._by_hash.get(hash_key(presented))
 
-    @property
-    def tenants(self) -> frozenset[str]:
-        return frozenset(entry.tenant for entry in self._by_hash.values())
-
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()

@@ -81,7 +81,7 @@ async def test_a_check_late_while_answers_flow_ejects_nothing_and_one_late_in_si
 ) -> None:
     async with in_process_gateway(health_interval=0.05, health_timeout=1.0) as gateway:
         (monitor,) = gateway.services.engines.monitors.values()
-        client = gateway.services.engine
+        client = gateway.services.engine_client
         checks = client.get
         late = 0
 

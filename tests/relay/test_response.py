@@ -144,15 +144,20 @@ async def test_the_drain_deadline_ends_a_stream_whose_engine_is_silent() -> None
         assert gateway.settled()
 
 
-async def test_a_stream_opened_after_the_deadline_is_stopped_at_once() -> None:
+async def test_a_stream_still_waiting_for_its_engine_at_the_deadline_is_answered_at_once() -> None:
     drain = Drain()
     async with in_process_gateway(drain=drain) as gateway:
         exchange = gateway.request("/v1/completions", STREAM)
         call = await gateway.engine.calls.get()
+        # The engine has not answered the request's headers yet: the drain's
+        # deadline does not wait for them.
         drain.stop_streams()
-        call.stream()
         await exchange.done()
-        assert final_error(exchange)["code"] == "draining"
+        assert exchange.status == 503
+        assert json.loads(exchange.body)["error"]["code"] == "draining"
+        # The engine's call was given up (its answer will never be read).
+        assert call._answer.cancelled()
+        assert gateway.metric("gateway_requests_total", outcome="failed") == 1
         assert gateway.settled()
 
 

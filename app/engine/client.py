@@ -2,10 +2,12 @@
 
 One ``httpx.AsyncClient`` per app, for every engine (its pool keeps
 connections per engine), with pool limits and timeouts from the settings, on
-the sockets of ``app.relay.network``.
-Every call names the engine's base URL. Transport errors are turned into the
-gateway's own errors here, so nothing above this module sees an httpx
-exception type except the relay's mid-stream reads.
+the sockets of ``app.engine.network``.
+Every call names the engine's base URL. The one translation of httpx's
+transport errors into the gateway's own (``_gateway_error``) is here, for
+the request, the response headers and every read of the body alike: nothing
+above this module sees an httpx exception from a request's call. (The
+monitor's small GETs keep httpx's errors: a health check weighs them itself.)
 
 An engine's 503 or 429 ("try again") always leaves here with a Retry-After:
 the engine's own if it sent one, else the gateway's ``retry_after_unavailable``.
@@ -24,14 +26,15 @@ from collections.abc import AsyncIterator
 import anyio
 import httpx
 
+from app.engine.network import engine_transport
 from app.errors import (
     EngineStatusError,
+    GatewayError,
     PoolExhausted,
     UpstreamFailed,
     UpstreamTimeout,
     UpstreamUnreachable,
 )
-from app.relay.network import engine_transport
 from app.settings import Settings
 
 _CLOSE_TIMEOUT = 5.0
@@ -86,27 +89,14 @@ class EngineClient:
                 # engine closed as the request went out (it never read it).
                 # Once more, on another connection.
                 response = await self._http.send(request, stream=True)
-        except httpx.PoolTimeout as exc:
-            raise PoolExhausted(
-                "no free connection to the engine in the gateway's pool; retry shortly",
-                retry_after=1,
-            ) from exc
-        except httpx.TimeoutException as exc:
-            if isinstance(exc, httpx.ConnectTimeout):
-                raise UpstreamUnreachable(f"engine not reachable: {exc!r}") from exc
-            raise UpstreamTimeout("engine did not answer in time") from exc
-        except httpx.ConnectError as exc:
-            raise UpstreamUnreachable(f"engine not reachable: {exc!r}") from exc
         except httpx.HTTPError as exc:
-            raise UpstreamFailed(f"engine connection failed: {exc!r}") from exc
+            raise _gateway_error(exc, answering=False) from exc
 
         self._heard_at[engine] = time.monotonic()
         response.stream = _NotedStream(response.stream, self._heard_at, engine)
         if response.status_code >= 400:
             try:
                 content = await response.aread()
-            except httpx.HTTPError as exc:
-                raise UpstreamFailed(f"engine connection failed: {exc!r}") from exc
             finally:
                 await close_quietly(response)
             raise EngineStatusError(response.status_code, content, self._retry_after_of(response))
@@ -139,7 +129,8 @@ async def close_quietly(response: httpx.Response) -> None:
 
 
 class _NotedStream(httpx.AsyncByteStream):
-    """An answer's body, noting the time of every chunk the engine sends."""
+    """An answer's body, noting the time of every chunk the engine sends, its
+    transport errors turned into the gateway's."""
 
     def __init__(self, stream: object, heard_at: dict[str, float], engine: str) -> None:
         assert isinstance(stream, httpx.AsyncByteStream)
@@ -148,12 +139,32 @@ class _NotedStream(httpx.AsyncByteStream):
         self._engine = engine
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            self._heard_at[self._engine] = time.monotonic()
-            yield chunk
+        try:
+            async for chunk in self._stream:
+                self._heard_at[self._engine] = time.monotonic()
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise _gateway_error(exc, answering=True) from exc
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+def _gateway_error(exc: httpx.HTTPError, *, answering: bool) -> GatewayError:
+    """The gateway's error for a transport error, before the engine's answer
+    began (``answering`` False) or while its body was being read."""
+    if isinstance(exc, httpx.PoolTimeout):
+        return PoolExhausted(
+            "no free connection to the engine in the gateway's pool; retry shortly",
+            retry_after=1,
+        )
+    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
+        return UpstreamUnreachable(f"engine not reachable: {exc!r}")
+    if isinstance(exc, httpx.TimeoutException):
+        if answering:
+            return UpstreamTimeout("the engine stopped sending (read timeout)")
+        return UpstreamTimeout("engine did not answer in time")
+    return UpstreamFailed(f"the engine connection broke: {exc!r}")
 
 
 def _retry_after(value: str | None) -> float | None:

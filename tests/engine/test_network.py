@@ -17,9 +17,9 @@ import httpx
 import pytest
 import uvloop
 
-from app.relay import network
-from app.relay.network import AsyncioBackend, AsyncioStream, engine_transport
-from app.relay.upstream import EngineClient
+from app.engine import network
+from app.engine.client import EngineClient
+from app.engine.network import AsyncioBackend, AsyncioStream, engine_transport
 from app.settings import Settings
 
 

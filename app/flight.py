@@ -1,0 +1,298 @@
+"""One completion request in flight, owned by one object from arrival to end.
+
+``serve_completion`` (``app.pipeline``) reads a request top to bottom inside
+``async with Flight(...)``: identify, receive and validate, charge, then
+``Flight.run`` admits it and answers it from an engine. Everything the
+request comes to hold is the flight's: the admission hold, the engine's
+response, the one retry rule, the watchers of the client and of the drain.
+Whatever ends the request — its answer, an error of any stage, the client
+leaving, the drain's deadline, a client that stopped reading, a bug — ends
+it in ``__aexit__``: the one place where the outcome is recorded and an
+error answered (``app.responses`` before the answer started, an SSE error
+event after), and whose one ``finally`` closes the engine's response (so
+the engine aborts what it still generates), gives the capacity back, leaves
+the drain and makes sure the record has an outcome. Each happens once.
+
+The retry: an engine that fails the request before any byte of the answer
+reached the client — a stream whose engine fails before its first event
+counts, only the headers went out and a retry does not repeat them — with
+an error another engine may not have (``GatewayError.retryable``) gives the
+request back; it is admitted once more, elsewhere, and an engine the error
+says is gone (``GatewayError.ejects``) is ejected first. After a byte, a
+retry would show tokens twice, so the request ends as it is.
+
+The watchers run from admission to the end, in one task group whose main
+body is the request's own work: cancelling it closes the engine connection
+in the task that opened it (cancelling a separate task running an httpx
+call was seen to leave the engine connection open).
+"""
+
+import json
+import logging
+import time
+from types import TracebackType
+
+import anyio
+import httpx
+from anyio.abc import TaskGroup
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Send
+
+from app.admission.base import AdmissionRequest, Hold
+from app.engine.client import close_quietly
+from app.engine.monitor import engine_label
+from app.errors import (
+    ClientDisconnected,
+    GatewayError,
+    InternalError,
+    SlowReader,
+    StoppedByShutdown,
+    sse_error_event,
+)
+from app.logs import left_unfinished
+from app.record import RequestRecord
+from app.relay.sse import StreamSender
+from app.relay.stream import StreamRelay
+from app.request_id import HEADER
+from app.responses import error_response
+from app.services import Services
+from app.validation import Route
+
+log = logging.getLogger("gateway")
+
+ENGINE_PATHS: dict[Route, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+# How long the final error event of a stream that cannot go on may take to go out.
+_FAREWELL_SECONDS = 2.0
+
+
+class Flight:
+    def __init__(self, request: Request, route: Route, services: Services, send: Send) -> None:
+        request_id: str = request.state.request_id
+        self.record = RequestRecord(request_id, route, services.telemetry)
+        self._services = services
+        self._request = request
+        self._send = send
+        # On every answer; the answer headers (rate limits) on a success only.
+        self._headers = {HEADER: request_id}
+        self.answer_headers: dict[str, str] = {}
+        self._admission: AdmissionRequest | None = None
+        self._hold: Hold | None = None
+        self._tried: list[str] = []
+        self._upstream: httpx.Response | None = None
+        self._relay: StreamRelay | None = None
+        # Set once a stream's headers went out.
+        self._sender: StreamSender | None = None
+        self._ended_by: Exception | None = None
+        self._cancel: anyio.CancelScope | None = None
+
+    async def __aenter__(self) -> "Flight":
+        self._services.drain.enter()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        try:
+            if error is not None:
+                await self._end(error)
+        finally:
+            if self._upstream is not None:
+                await close_quietly(self._upstream)
+            self._count_partial_output()
+            # Nothing above may leave the request without an outcome.
+            self.record.finish(
+                "failed",
+                status=200 if self._sender is not None else 500,
+                error="request torn down by the gateway",
+            )
+            self._release()
+            self._services.drain.leave()
+        # Everything is answered here; cancellation goes on up.
+        return error is None or isinstance(error, Exception)
+
+    async def run(self, admission: AdmissionRequest) -> None:
+        """Admit the request and answer it from an engine, watching the
+        client and the drain the whole time."""
+        self._admission = admission
+        failure: Exception | None = None
+        async with anyio.create_task_group() as group:
+            self._cancel = group.cancel_scope
+            group.start_soon(self._watch_client)
+            unregister = self._services.drain.on_stop(self._stop_for_drain)
+            try:
+                await self._admit()
+                await self._call(group)
+            except Exception as exc:
+                # Raised after the task group, so that it is not wrapped in
+                # an exception group.
+                failure = exc
+            finally:
+                unregister()
+                group.cancel_scope.cancel()
+        cause = self._ended_by or failure
+        if cause is not None:
+            raise cause
+
+    # --- admitted, called, answered --------------------------------------------
+
+    async def _admit(self) -> None:
+        assert self._admission is not None
+        services, record = self._services, self.record
+        record.phase = "queued"
+        self._hold = await services.admission.admit(self._admission, record, self._tried)
+        self._tried.append(self._hold.engine)
+        services.metrics.in_flight.inc()
+        if record.admitted_at is None:
+            record.admitted_at = time.perf_counter()
+
+    async def _call(self, group: TaskGroup) -> None:
+        """Answer from the engine admitted to; on its failure, the retry rule."""
+        while True:
+            try:
+                await self._answer(group)
+                return
+            except GatewayError as error:
+                if not await self._move(error):
+                    raise
+
+    async def _answer(self, group: TaskGroup) -> None:
+        assert self._admission is not None
+        assert self._hold is not None
+        job, record = self._admission.job, self.record
+        record.phase = "waiting_first_token" if job.stream else "non_streaming"
+        self._upstream = await self._services.engine_client.open(
+            self._hold.engine,
+            ENGINE_PATHS[job.route],
+            job.upstream_body,
+            record.engine_request_id,
+            stream=job.stream,
+        )
+        if job.stream:
+            await self._relay_stream(group)
+        else:
+            await self._relay_whole(self._upstream)
+
+    async def _relay_stream(self, group: TaskGroup) -> None:
+        assert self._admission is not None
+        assert self._upstream is not None
+        services = self._services
+        self._relay = relay = StreamRelay(
+            self.record, services.metrics, forward_usage=self._admission.job.wants_usage
+        )
+        if self._sender is None:
+            settings = services.settings
+            self._sender = StreamSender(
+                self._send,
+                ping_seconds=settings.sse_ping_seconds,
+                send_timeout=settings.sse_send_timeout,
+            )
+            await self._sender.start(self._headers | self.answer_headers)
+            group.start_soon(self._sender.keep_time, self._end_because)
+        await self._sender.pump(self._upstream.aiter_raw(), relay)
+        relay.finish()
+        await self._sender.end()
+
+    async def _relay_whole(self, upstream: httpx.Response) -> None:
+        """A non-streaming answer: nothing reaches the client until it is whole."""
+        content = await upstream.aread()
+        _read_usage(content, self.record)
+        self.record.finish("completed", status=upstream.status_code)
+        response = Response(
+            content,
+            status_code=upstream.status_code,
+            media_type="application/json",
+            headers=self._headers | self.answer_headers,
+        )
+        await response(self._request.scope, self._request.receive, self._send)
+
+    async def _move(self, error: GatewayError) -> bool:
+        """The retry rule: True if the request, failed by its engine before
+        any byte of the answer reached the client, was admitted elsewhere."""
+        assert self._admission is not None
+        assert self._hold is not None
+        sent = self._sender is not None and self._sender.sent_events
+        if sent or not error.retryable or len(self._tried) >= 2:
+            return False
+        failed, engines = self._hold.engine, self._services.engines
+        if error.ejects:
+            engines.mark_down(failed)
+        model = self._admission.job.model
+        if not any(m.url != failed and model in m.models for m in engines.up_engines()):
+            return False
+        if self._upstream is not None:
+            await close_quietly(self._upstream)
+            self._upstream = None
+        self._release()
+        self._services.metrics.engine_retries.labels(engine_label(failed)).inc()
+        await self._admit()
+        return True
+
+    def _release(self) -> None:
+        """Give the engine's capacity back (once per admission)."""
+        if self._hold is not None:
+            self._services.metrics.in_flight.dec()
+            self._hold.release(self.record)
+            self._hold = None
+
+    # --- what else ends it ----------------------------------------------------
+
+    def _end_because(self, cause: Exception) -> None:
+        if self._ended_by is None and self._cancel is not None:
+            self._ended_by = cause
+            self._cancel.cancel()
+
+    def _stop_for_drain(self) -> None:
+        self._end_because(StoppedByShutdown("the gateway is shutting down; retry the request"))
+
+    async def _watch_client(self) -> None:
+        receive = self._request.receive
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._end_because(ClientDisconnected())
+
+    async def _end(self, error: BaseException) -> None:
+        """Record the outcome of a request that did not end with its answer,
+        and answer its error where there is a client to answer."""
+        record = self.record
+        self._count_partial_output()
+        if isinstance(error, ClientDisconnected):
+            record.cancel()
+            return
+        if isinstance(error, SlowReader):
+            # The response stays unfinished: its connection is closed by the
+            # server, which this request's one log line already explains.
+            left_unfinished.set(True)
+            log.warning("dropped a client that stopped reading: %s", error.message)
+            record.fail(error)
+            return
+        if not isinstance(error, Exception):
+            return  # cancelled from outside: the ``finally`` records it
+        if not isinstance(error, GatewayError):
+            # A bug: the request still ends in one outcome, answered and logged once.
+            log.error("unexpected error while serving a request", exc_info=error)
+            error = InternalError("internal gateway error")
+        record.fail(error)
+        if self._sender is not None:
+            await self._sender.end(sse_error_event(error), within=_FAREWELL_SECONDS)
+            return
+        response = error_response(error)
+        response.headers.update(self._headers)
+        await response(self._request.scope, self._request.receive, self._send)
+
+    def _count_partial_output(self) -> None:
+        if self._relay is not None:
+            self._relay.count_partial_output()
+
+
+def _read_usage(content: bytes, record: RequestRecord) -> None:
+    try:
+        usage = json.loads(content).get("usage")
+    except (ValueError, AttributeError):
+        return
+    if isinstance(usage, dict):
+        record.prompt_tokens = usage.get("prompt_tokens")
+        record.completion_tokens = usage.get("completion_tokens")
