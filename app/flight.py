@@ -56,6 +56,8 @@ from app.relay.sse import StreamSender
 from app.relay.stream import StreamRelay
 from app.request_id import HEADER
 from app.responses import error_response
+from app.routing.base import RouteRequest
+from app.routing.filters import eligible
 from app.services import Services
 from app.validation import Route
 
@@ -220,8 +222,8 @@ class Flight:
         failed, engines = self._hold.engine, self._services.engines
         if error.ejects:
             engines.mark_down(failed)
-        model = self._admission.job.model
-        if not any(m.url != failed and model in m.models for m in engines.up_engines()):
+        elsewhere = RouteRequest(self._admission.job.model, excluded=frozenset(self._tried))
+        if not eligible(elsewhere, engines.candidates()):
             return False
         if self._upstream is not None:
             await close_quietly(self._upstream)

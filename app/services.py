@@ -21,9 +21,10 @@ from app.keys.watch import KeysWatcher
 from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
-from app.routing.base import Router
+from app.routing.base import Picker
 from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
+from app.routing.router import Router
 from app.settings import Settings
 from app.state.base import LimitStore
 from app.state.fleet import FleetState
@@ -60,11 +61,12 @@ def build_services(
     engine = EngineClient(settings, transport)
     engines = EnginePool(settings, engine, metrics)
     estimator = PromptTokenEstimator()
-    router: Router = (
+    picker: Picker = (
         PrefixAffinity(settings.routing_load_factor, settings.routing_load_slack)
         if settings.routing == "prefix"
         else LeastLoaded()
     )
+    router = Router(picker)
     shared = fleet = None
     if settings.redis_url is not None:
         shared = SharedRedis(

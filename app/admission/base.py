@@ -9,7 +9,8 @@ from app.engine.stats import EngineStats
 from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
-from app.routing.base import EngineLoad, Router
+from app.routing.base import EngineLoad, RouteRequest
+from app.routing.router import Router
 from app.validation import CompletionJob
 
 
@@ -85,13 +86,12 @@ class Unlimited:
     async def admit(
         self, request: AdmissionRequest, record: RequestRecord, excluded: Iterable[str] = ()
     ) -> Hold:
-        skip = set(excluded)
         loads = [
-            EngineLoad(url, state.in_flight, 1.0, 0.0, True)
+            EngineLoad(url, state.in_flight, 1.0, 0.0, True, state.up, state.models)
             for url, state in self.engines.items()
-            if state.up and url not in skip and request.job.model in state.models
         ]
-        choice = self._router.choose(request.affinity, loads)
+        route = RouteRequest(request.job.model, request.affinity, frozenset(excluded))
+        choice = self._router.choose(route, loads)
         if choice is None:
             raise EngineUnavailable("no engine is available for this model", retry_after=1)
         self.engines[choice.engine].in_flight += 1

@@ -176,6 +176,8 @@ class EngineBudget:
             weight=float(budget or self.max_sequences),
             reserved=held / budget if budget else 0.0,
             fits=self.fits(waiter),
+            up=self.up,
+            models=self.models,
         )
 
     # --- adapting to the engine -------------------------------------------------

@@ -22,8 +22,8 @@ from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.errors import Draining, OverCapacity
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
-from app.routing.base import Router
 from app.routing.prefix_key import CHUNK_CHARS, prefix_chain
+from app.routing.router import Router
 from app.settings import Settings
 from app.state.fleet import FleetState
 from app.state.redis import raise_if_cancelled

@@ -108,8 +108,8 @@ from dataclasses import dataclass, field
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.rate import DrainRate
-from app.routing.base import Choice, Router
-from app.routing.least_loaded import LeastLoaded
+from app.routing.base import Choice, RouteRequest
+from app.routing.router import Router
 
 __all__ = ["AdmissionPolicy", "Decision", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
 
@@ -144,7 +144,7 @@ class QueueFull(Exception):
 class AdmissionPolicy:
     def __init__(self, config: PolicyConfig | None = None, router: Router | None = None) -> None:
         self.config = config or PolicyConfig()
-        self.router = router or LeastLoaded()
+        self.router = router or Router()
         self.engines: dict[str, EngineBudget] = {}
         self.queue = FairQueue()
         self._drain = DrainRate()
@@ -267,16 +267,8 @@ class AdmissionPolicy:
         return any(w is waiter for w in self.queue)
 
     def _place(self, waiter: Waiter) -> tuple[EngineBudget, Choice] | None:
-        eligible = [
-            b
-            for b in self.engines.values()
-            if b.up
-            and b.id not in waiter.excluded
-            and (not waiter.model or waiter.model in b.models)
-        ]
-        if not eligible:
-            return None
-        choice = self.router.choose(waiter.affinity, [b.load(waiter) for b in eligible])
+        request = RouteRequest(waiter.model, waiter.affinity, waiter.excluded)
+        choice = self.router.choose(request, [b.load(waiter) for b in self.engines.values()])
         return None if choice is None else (self.engines[choice.engine], choice)
 
     # --- reservations ---------------------------------------------------------

@@ -26,6 +26,7 @@ from app.engine.client import EngineClient
 from app.engine.discovery import engine_urls, is_dns, resolve
 from app.engine.monitor import EngineMonitor, StateListener, StatsListener
 from app.metrics import GatewayMetrics
+from app.routing.base import EngineLoad
 from app.settings import Settings
 
 log = logging.getLogger("gateway.engine")
@@ -124,6 +125,13 @@ class EnginePool:
         """The engines that are up; if none is, those not ejected."""
         monitors = self.monitors.values()
         return [m for m in monitors if m.up] or [m for m in monitors if not m.ejected]
+
+    def candidates(self) -> list[EngineLoad]:
+        """The engines requests may go to now (``up_engines``), as routing sees them."""
+        return [
+            EngineLoad(m.url, 0, 1.0, 0.0, True, True, frozenset(m.models))
+            for m in self.up_engines()
+        ]
 
     def mark_down(self, url: str) -> None:
         monitor = self.monitors.get(url)

@@ -1,6 +1,7 @@
 """Routing: which engine a request goes to, among those where it fits now.
 
-Pure policies behind one small interface (``base.Router``), tested like the
-admission policy: ``least_loaded`` and ``prefix`` (affinity with bounded
-load). Admission calls the router once it knows where a request fits.
+A route is filters, then a picker (``base``): the filters drop engines a
+request may not go to (``filters``), the picker ranks the rest —
+``least_loaded``, or ``prefix`` (affinity with bounded load). Pure, tested
+like the admission policy; admission asks its ``router.Router``.
 """

@@ -1,0 +1,34 @@
+"""The filters every route starts with: an engine a request may go to is in
+routing, serves the request's model, and was not tried for it already."""
+
+from collections.abc import Sequence
+
+from app.routing.base import EngineLoad, Filter, RouteRequest
+
+
+class InRouting:
+    """Not ejected."""
+
+    def keep(self, request: RouteRequest, engine: EngineLoad) -> bool:
+        return engine.up
+
+
+class ServesModel:
+    def keep(self, request: RouteRequest, engine: EngineLoad) -> bool:
+        return not request.model or request.model in engine.models
+
+
+class NotTried:
+    """A retry goes elsewhere."""
+
+    def keep(self, request: RouteRequest, engine: EngineLoad) -> bool:
+        return engine.id not in request.excluded
+
+
+ELIGIBLE: tuple[Filter, ...] = (InRouting(), ServesModel(), NotTried())
+
+
+def eligible(
+    request: RouteRequest, engines: Sequence[EngineLoad], filters: Sequence[Filter] = ELIGIBLE
+) -> list[EngineLoad]:
+    return [e for e in engines if all(f.keep(request, e) for f in filters)]
