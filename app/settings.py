@@ -7,7 +7,7 @@ use and caches it; tests build their own ``Settings(...)`` and pass it to
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -131,5 +131,11 @@ class Settings(BaseSettings):
 
 
 @lru_cache
+def default(name: str) -> Any:
+    """A setting's default. Each default has its home here; admission's
+    configurations (``BudgetConfig``, ``PolicyConfig``) read theirs."""
+    return Settings.model_fields[name].default
+
+
 def get_settings() -> Settings:
     return Settings()

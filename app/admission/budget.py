@@ -12,21 +12,22 @@ from dataclasses import dataclass
 
 from app.admission.fairqueue import Waiter
 from app.routing.base import Choice, EngineLoad
+from app.settings import default
 
 
 @dataclass(frozen=True)
 class BudgetConfig:
     # Sequences admitted at once to one engine (at most; see sequence_cap).
-    max_sequences: int = 256
+    max_sequences: int = default("max_concurrency")
     # Most of the budget (and of the sequence cap) one request is charged.
-    max_request_share: float = 0.5
+    max_request_share: float = default("max_request_share")
     # Count a prompt prefix that requests admitted here share once.
-    prefix_aware: bool = True
+    prefix_aware: bool = default("prefix_aware_demand")
     # Sequences admitted at once while the KV capacity is unknown.
-    unknown_capacity_sequences: int = 8
+    unknown_capacity_sequences: int = default("fallback_max_sequences")
     min_factor: float = 0.9
-    max_factor: float = 4.0
-    initial_factor: float = 1.0
+    max_factor: float = default("overcommit_max")
+    initial_factor: float = default("overcommit_initial")
     backoff: float = 0.8
     step: float = 0.2
     headroom: float = 0.85

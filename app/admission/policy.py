@@ -110,6 +110,7 @@ from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.rate import DrainRate
 from app.routing.base import Choice, RouteRequest
 from app.routing.router import Router
+from app.settings import default
 
 __all__ = ["AdmissionPolicy", "Decision", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
 
@@ -117,11 +118,11 @@ __all__ = ["AdmissionPolicy", "Decision", "PolicyConfig", "QueueFull", "Reservat
 @dataclass(frozen=True)
 class PolicyConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
-    max_queue_depth: int = 512
+    max_queue_depth: int = default("queue_max_depth")
     # What the waiting requests' bodies may add up to, in bytes.
-    max_queue_bytes: int = 256 * 1024 * 1024
+    max_queue_bytes: int = default("queue_max_bytes")
     # Longest wait in the queue (the controller's deadline).
-    max_wait: float = 30.0
+    max_wait: float = default("queue_timeout")
     max_retry_after: float = 60.0
     cold_turnover: float = 2.0
 
