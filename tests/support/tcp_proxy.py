@@ -29,7 +29,9 @@ class TcpProxy:
         self._writers: set[asyncio.StreamWriter] = set()
         self._connections: set[asyncio.Task[object]] = set()
         self.slow_checks = False
-        # Checks whose answer trickled back, counted when their request arrives.
+        # Checks whose answer trickled back, counted when it begins to: a
+        # check already under way when ``slow_checks`` turns on counts too
+        # (its answer trickles, and the gateway's monitor waits on it).
         self.slowed = 0
         self.url = ""
 
@@ -64,8 +66,9 @@ class TcpProxy:
             self._writers.discard(client_w)
             return
         self._writers.add(engine_w)
-        # Whether the request now on this connection is a check.
-        checking = [False]
+        # Whether the request now on this connection is a check, and whether
+        # its answer was counted as slowed.
+        checking = [False, False]
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._requests(client_r, engine_w, checking))
@@ -84,10 +87,9 @@ class TcpProxy:
         # so a read that starts a request starts with its request line.
         while data := await reader.read(65536):
             if data.startswith(_CHECKS):
-                checking[0] = True
-                self.slowed += self.slow_checks
+                checking[:] = [True, False]
             elif data[:5] in (b"POST ", b"GET /"):
-                checking[0] = False
+                checking[:] = [False, False]
             writer.write(data)
             await writer.drain()
         with contextlib.suppress(OSError):
@@ -98,6 +100,9 @@ class TcpProxy:
     ) -> None:
         while data := await reader.read(65536):
             while data and checking[0] and self.slow_checks:
+                if not checking[1]:
+                    checking[1] = True
+                    self.slowed += 1
                 writer.write(data[:1])
                 data = data[1:]
                 await writer.drain()
