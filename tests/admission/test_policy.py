@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from app.admission.budget import BudgetConfig
 from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
 from app.routing.prefix import PrefixAffinity
+from app.routing.router import Router
 
 
 def policy(
@@ -150,7 +151,7 @@ def test_a_forgotten_engine_takes_its_releases_quietly() -> None:
 
 def test_prefix_routing_keeps_a_prefix_on_one_engine() -> None:
     p = policy(blocks=100, engines=3)
-    p.router = PrefixAffinity()
+    p.router = Router(PrefixAffinity())
     for i in range(4):
         add(p, waiter(f"t{i}", affinity=1234))
     assert len({r.engine for _, r in admit_all(p)}) == 1
