@@ -44,16 +44,16 @@ from app.keys.ring import hash_key
 from benchmarks.harness import (
     Call,
     Client,
-    ForeignCpu,
     Processes,
     Service,
     access_log,
-    add_common_args,
+    benchmark_parser,
     closed_loop,
-    engine_idle,
+    measured,
     model_name,
     num,
     run_benchmark,
+    sections,
     table,
     wait_ready,
 )
@@ -180,9 +180,6 @@ async def accuracy(
     for c in clients:
         await c.__aenter__()
     try:
-        others = ForeignCpu()
-        others.start()
-        started_wall = time.time()
 
         async def one(user: int) -> Call:
             body = {"model": model, "messages": prompts.chat(), "max_tokens": args.max_tokens}
@@ -190,11 +187,12 @@ async def accuracy(
                 body, {"Authorization": f"Bearer {key}"}
             )
 
-        calls = await closed_loop(args.users, args.seconds, one)
+        async with measured(clients[0], {}, idle=[engine.url]) as window:
+            started_wall = time.time()
+            calls = await closed_loop(args.users, args.seconds, one)
         # Windows end where the users stopped sending, not after the last
         # request they were still waiting for.
         ended_wall = started_wall + args.seconds
-        others_cores = others.stop()
     finally:
         for c in clients:
             await c.__aexit__()
@@ -202,7 +200,7 @@ async def accuracy(
     procs.stop_all()
     charged = [r for r in records if r.get("charged_ts") is not None]
     events = [(float(r["charged_ts"]), int(r["used_tokens"] or 0)) for r in charged]
-    measured = sliding(events, args.window, started_wall, ended_wall)
+    in_windows = sliding(events, args.window, started_wall, ended_wall)
     worst = max((int(r["charged_tokens"]) for r in charged), default=0)
     over_reservation = [
         int(r["used_tokens"]) - int(r["charged_tokens"])
@@ -245,11 +243,11 @@ async def accuracy(
         "worst_case_max": worst,
         "used_over_reservation": len(over_reservation),
         "used_over_reservation_max": max(over_reservation, default=0),
-        "measured": asdict(measured),
+        "measured": asdict(in_windows),
         "bound": args.limit + worst,
         "replay_settle": replays["settle"],
         "replay_after": replays["after"],
-        "others_cores": round(others_cores, 3),
+        "others_cores": round(window.others_cores, 3),
     }
 
 
@@ -393,10 +391,6 @@ async def fair_run(
     counter = itertools.count()
     model = model_name()
     async with Client(gateway.url) as client:
-        await engine_idle(client, engine.url)
-        before = len(access_log(gateway))
-        others = ForeignCpu()
-        others.start()
 
         async def one(user: int) -> Call:
             group = "light" if user < args.light_users else "heavy"
@@ -416,8 +410,9 @@ async def fair_run(
             return call
 
         users = args.light_users + args.heavy_users
-        calls = await closed_loop(users, args.fair_seconds, one)
-        others_cores = others.stop()
+        async with measured(client, {}, idle=[engine.url]) as window:
+            before = len(access_log(gateway))
+            calls = await closed_loop(users, args.fair_seconds, one)
     await asyncio.sleep(0.5)  # the last access-log lines
     records = access_log(gateway)[before:]
     share = both_waiting_share(records, group_of, "light", settle=5.0)
@@ -433,7 +428,7 @@ async def fair_run(
         "heavy_tenants_seen": len(heavy_tenants),
         "heavy_tenant_examples": sorted(heavy_tenants)[:3],
         **share,
-        "others_cores": round(others_cores, 3),
+        "others_cores": round(window.others_cores, 3),
     }
 
 
@@ -496,12 +491,11 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
             f" max_tokens {args.fair_max_tokens} (ignore_eos), engine {args.fair_kv_blocks}"
             f" KV blocks, {args.fair_seconds:g} s per run\n\n" + fairness_table(result["fairness"])
         )
-    return "\n\n".join(parts) + "\n"
+    return sections(parts)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(parser)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--parts", default="accuracy,fairness")
     parser.add_argument("--setups", default="local,redis", help="local, redis or both")
     parser.add_argument("--limit", type=int, default=40_000, help="tokens per window")

@@ -44,29 +44,26 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.promtext import total
 from benchmarks.harness import (
+    Bench,
     Call,
     Client,
-    ForeignCpu,
     Processes,
-    Sampler,
     Service,
-    add_common_args,
+    Window,
+    benchmark_parser,
     closed_loop,
     cpu_seconds,
-    engine_idle,
-    model_name,
     ms,
     num,
     own_cpu,
     q,
     run_benchmark,
+    sections,
     table,
     tokens_within,
     tree_cpu,
@@ -75,6 +72,7 @@ from benchmarks.harness import (
 from loadtests.prompts import PromptFactory
 
 TARGETS = ("direct", "off", "on")
+PREEMPTIONS = "vllm:num_preemptions_total"
 NAMES = {"direct": "vLLM direct", "off": "gateway, admission off", "on": "gateway, admission on"}
 
 
@@ -120,26 +118,23 @@ class Snapshot:
     client: float
 
 
-class Bench:
+class OverheadBench(Bench):
+    """One engine and two gateways in front of it, admission off and on."""
+
     def __init__(self, args: argparse.Namespace, procs: Processes) -> None:
+        super().__init__(procs)
         self.args = args
-        self.procs = procs
-        self._engine: Service | None = None
         self.gateways: dict[str, Service] = {}
         self.prompts = PromptFactory(seed=args.seed)
-        self.model = model_name()
-
-    @property
-    def engine(self) -> Service:
-        assert self._engine is not None
-        return self._engine
 
     def start(self) -> None:
         args = self.args
-        self._engine = self.procs.engine(
-            "engine", kv_space_gib=args.kv_space_gib, max_num_seqs=args.max_num_seqs
-        )
-        wait_ready([self.engine])
+        self.engines = [
+            self.procs.engine(
+                "engine", kv_space_gib=args.kv_space_gib, max_num_seqs=args.max_num_seqs
+            )
+        ]
+        wait_ready(self.engines)
         extra = dict(kv.split("=", 1) for kv in args.gateway_env)
         for target, env in (("off", {"GATEWAY_ADMISSION": "off"}), ("on", {})):
             self.gateways[target] = self.procs.gateway(
@@ -167,32 +162,20 @@ class Bench:
         api = cpu_seconds([self.engine.pid]).get(self.engine.pid, 0.0)
         return Snapshot(tree_cpu(gateway.pid) if gateway else None, api, own_cpu())
 
-    async def preemptions(self, client: Client) -> float:
-        name = "vllm:num_preemptions_total"
-        return total(await client.metrics(self.engine.url, (name,)), name)
-
     async def run(self, row: Row, target: str, repeat: int, seconds: float, max_tokens: int) -> Run:
-        """One closed-loop run; CPU and the engine's preemption counter read
-        before and after; requests still running at the end are waited for."""
+        """One closed-loop run; CPU read before and after; requests still
+        running at the end are waited for."""
         async with Client(self.url(target)) as client:
-            await engine_idle(client, self.engine.url)
-            preempted = await self.preemptions(client)
-            others = ForeignCpu()
-            others.start()
-            before = self.snapshot(target)
 
             async def one(user: int) -> Call:
                 body = self.body(max_tokens)
                 return await (client.stream(body) if row.streaming else client.complete(body))
 
-            t0 = time.perf_counter()
-            calls = await closed_loop(row.users, seconds, one)
-            after = self.snapshot(target)
-            others_cores = others.stop()
-            preemptions = await self.preemptions(client) - preempted
-        return summarise(
-            row, target, repeat, seconds, t0, calls, before, after, preemptions, others_cores
-        )
+            async with self.measure(client, (PREEMPTIONS,)) as window:
+                before = self.snapshot(target)
+                calls = await closed_loop(row.users, seconds, one)
+                after = self.snapshot(target)
+        return summarise(row, target, repeat, seconds, calls, window, before, after)
 
 
 def summarise(
@@ -200,17 +183,15 @@ def summarise(
     target: str,
     repeat: int,
     seconds: float,
-    t0: float,
     calls: list[Call],
+    window: Window,
     before: Snapshot,
     after: Snapshot,
-    preemptions: float,
-    others_cores: float,
 ) -> Run:
     # The first moments are left out of rates and latencies: every user
     # starts at once.
     settle = min(2.0, seconds / 5)
-    start, end = t0 + settle, t0 + seconds
+    start, end = window.started + settle, window.started + seconds
     ok = [c for c in calls if c.status == 200]
     measured = [c for c in ok if c.started >= start]
     ttfts = [t for c in measured if (t := c.ttft) is not None]
@@ -234,8 +215,8 @@ def summarise(
         gateway_cpu_s=gateway_cpu,
         engine_api_cpu_s=after.engine_api - before.engine_api,
         client_cpu_s=after.client - before.client,
-        preemptions=preemptions,
-        others_cores=round(others_cores, 3),
+        preemptions=window.delta(PREEMPTIONS),
+        others_cores=round(window.others_cores, 3),
         ttfts=ttfts,
         gaps=gaps,
     )
@@ -251,7 +232,7 @@ def rows_of(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-async def run_rows(bench: Bench, args: argparse.Namespace) -> list[Run]:
+async def run_rows(bench: OverheadBench, args: argparse.Namespace) -> list[Run]:
     rows = rows_of(args)
     runs: list[Run] = []
     for repeat in range(args.repeats):
@@ -454,7 +435,7 @@ def profile_table(profile: dict[str, Any]) -> str:
     return table(["kind", "frame", "share of samples"], rows)
 
 
-async def run_profile(bench: Bench, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+async def run_profile(bench: OverheadBench, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     src = args.gateway_src_resolved
     profiles: dict[str, Any] = {}
@@ -495,7 +476,7 @@ ENGINE_SERIES = (
 GATEWAY_SERIES = ("gateway_queue_depth", "gateway_requests_in_flight")
 
 
-async def run_overload(bench: Bench, args: argparse.Namespace) -> list[dict[str, Any]]:
+async def run_overload(bench: OverheadBench, args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for repeat in range(args.overload_repeats):
         k = repeat % len(args.overload_targets)
@@ -514,40 +495,28 @@ async def run_overload(bench: Bench, args: argparse.Namespace) -> list[dict[str,
 
 
 async def overload_once(
-    bench: Bench, args: argparse.Namespace, target: str, repeat: int
+    bench: OverheadBench, args: argparse.Namespace, target: str, repeat: int
 ) -> dict[str, Any]:
     url = bench.url(target)
     async with Client(url) as client:
-        await engine_idle(client, bench.engine.url)
-        preempted = await bench.preemptions(client)
-        targets = {"engine": bench.engine.url}
+        sampled = {"engine": bench.engine.url}
         if target != "direct":
-            targets["gateway"] = url
-        sampler = Sampler(client, targets, ENGINE_SERIES + GATEWAY_SERIES)
-        others = ForeignCpu()
-        others.start()
-        sampler.start()
-        t0 = time.perf_counter()
+            sampled["gateway"] = url
 
         async def one(user: int) -> Call:
             return await client.stream(bench.body(args.overload_max_tokens))
 
-        calls = await closed_loop(args.overload_users, args.overload_seconds, one)
-        await sampler.stop()
-        others_cores = others.stop()
-        preemptions = await bench.preemptions(client) - preempted
+        async with bench.measure(
+            client, (PREEMPTIONS,), sampled=sampled, series=ENGINE_SERIES + GATEWAY_SERIES
+        ) as window:
+            calls = await closed_loop(args.overload_users, args.overload_seconds, one)
     settle = min(5.0, args.overload_seconds / 5)
-    start, end = t0 + settle, t0 + args.overload_seconds
+    start, end = window.started + settle, window.started + args.overload_seconds
     served = [c for c in calls if c.status == 200]
     ttfts = [t for c in served if c.started >= start and (t := c.ttft) is not None]
-    window = [s for s in sampler.rows if start <= s[0] <= end]
-
-    def series(target_name: str, name: str) -> list[float]:
-        return [total(samples, name) for _, t, samples in window if t == target_name]
-
-    waiting = series("engine", "vllm:num_requests_waiting")
-    running = series("engine", "vllm:num_requests_running")
-    queue = series("gateway", "gateway_queue_depth")
+    waiting = window.series("engine", "vllm:num_requests_waiting", start, end)
+    running = window.series("engine", "vllm:num_requests_running", start, end)
+    queue = window.series("gateway", "gateway_queue_depth", start, end)
 
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
@@ -567,8 +536,8 @@ async def overload_once(
         "engine_running_mean": mean(running),
         "gateway_queue_mean": mean(queue),
         "gateway_queue_max": max(queue) if queue else None,
-        "preemptions": preemptions,
-        "others_cores": round(others_cores, 3),
+        "preemptions": window.delta(PREEMPTIONS),
+        "others_cores": round(window.others_cores, 3),
     }
 
 
@@ -610,7 +579,7 @@ def overload_table(results: list[dict[str, Any]]) -> str:
 # --- main -----------------------------------------------------------------------------
 
 
-async def run_all(bench: Bench, args: argparse.Namespace, out: Path) -> dict[str, Any]:
+async def run_all(bench: OverheadBench, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     result: dict[str, Any] = {}
     # Warm-up: the engine compiles and allocates on its first requests; the
     # gateways fit their prompt estimates.
@@ -651,7 +620,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
             f" {args.overload_max_tokens}, {args.overload_seconds:g} s, engine --max-num-seqs"
             f" {args.max_num_seqs}\n\n" + overload_table(result["overload"])
         )
-    return "\n\n".join(parts) + "\n"
+    return sections(parts)
 
 
 def compare(before_path: str, after_path: str) -> str:
@@ -697,8 +666,7 @@ def compare(before_path: str, after_path: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(parser)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--gateway-env", action="append", default=[], metavar="K=V")
     parser.add_argument("--parts", default="rows,profile,overload")
     parser.add_argument(
@@ -730,7 +698,7 @@ def main() -> None:
     args.gateway_src_resolved = str(Path(args.gateway_src).resolve())
 
     async def run(procs: Processes, out: Path) -> dict[str, Any]:
-        bench = Bench(args, procs)
+        bench = OverheadBench(args, procs)
         bench.start()
         return await run_all(bench, args, out)
 

@@ -34,29 +34,27 @@ process's log under ``--out``.
 import argparse
 import math
 import random
-import time
 from pathlib import Path
 from typing import Any
 
 from app.admission.estimate import PromptTokenEstimator
-from app.promtext import Sample, total
 from app.routing.prefix_key import CHUNK_CHARS
 from benchmarks.harness import (
+    Bench,
     Call,
     Client,
-    ForeignCpu,
     Processes,
-    Sampler,
     Service,
+    Window,
     access_log,
-    add_common_args,
+    benchmark_parser,
+    by_label,
     closed_loop,
-    engine_idle,
-    model_name,
     ms,
     num,
     q,
     run_benchmark,
+    sections,
     table,
     tokens_within,
     wait_ready,
@@ -106,22 +104,13 @@ class Documents:
         return f"Answer from this document only.\n\n{doc}"
 
 
-def by_engine(samples: list[Sample], name: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for s in samples:
-        if s.name == name:
-            engine = s.labels.get("engine", "")
-            out[engine] = out.get(engine, 0.0) + s.value
-    return out
+class PrefixBench(Bench):
+    """Two engines and a gateway per routing setting in front of both."""
 
-
-class Bench:
     def __init__(self, args: argparse.Namespace, procs: Processes) -> None:
+        super().__init__(procs)
         self.args = args
-        self.procs = procs
-        self.engines: list[Service] = []
         self.gateways: dict[tuple[str, bool], Service] = {}
-        self.model = model_name()
         self.chars: dict[str, int] = {}
 
     def start(self) -> None:
@@ -141,14 +130,6 @@ class Bench:
             name = f"gateway-{routing}-{'aware' if aware else 'plain'}"
             self.gateways[(routing, aware)] = self.procs.gateway(name, env, Path(args.gateway_src))
         wait_ready(self.gateways.values(), timeout=120)
-
-    async def engine_counters(self, client: Client) -> dict[str, float]:
-        totals: dict[str, float] = dict.fromkeys(ENGINE_COUNTERS, 0.0)
-        for engine in self.engines:
-            samples = await client.metrics(engine.url, ENGINE_COUNTERS)
-            for name in ENGINE_COUNTERS:
-                totals[name] += total(samples, name)
-        return totals
 
     async def run(
         self,
@@ -171,15 +152,6 @@ class Bench:
         if mix == "skewed":
             weights = [args.hot_share] + [(1 - args.hot_share) / (args.docs - 1)] * (args.docs - 1)
         async with Client(gateway.url) as client:
-            for engine in self.engines:
-                await engine_idle(client, engine.url)
-            engine0 = await self.engine_counters(client)
-            gw_samples = await client.metrics(names=GATEWAY_COUNTERS)
-            gw0 = {name: by_engine(gw_samples, name) for name in GATEWAY_COUNTERS}
-            sampler = Sampler(client, {"gateway": gateway.url}, (IN_FLIGHT,))
-            others = ForeignCpu()
-            others.start()
-            sampler.start()
 
             async def one(user: int) -> Call:
                 doc = rng.choices(range(args.docs), weights)[0]
@@ -197,25 +169,26 @@ class Bench:
                 self.chars[call.request_id] = len("\n".join(m["content"] for m in messages))
                 return call
 
-            t0 = time.perf_counter()
-            calls = await closed_loop(users, seconds, one)
-            await sampler.stop()
-            others_cores = others.stop()
-            engine1 = await self.engine_counters(client)
-            gw_samples = await client.metrics(names=GATEWAY_COUNTERS)
-            gw1 = {name: by_engine(gw_samples, name) for name in GATEWAY_COUNTERS}
+            async with self.measure(
+                client,
+                ENGINE_COUNTERS + GATEWAY_COUNTERS,
+                {"gateway": gateway.url},
+                sampled={"gateway": gateway.url},
+                series=(IN_FLIGHT,),
+            ) as window:
+                calls = await closed_loop(users, seconds, one)
         settle = min(5.0, seconds / 5)
-        start, end = t0 + settle, t0 + seconds
+        start, end = window.started + settle, window.started + seconds
         served = [c for c in calls if c.status == 200]
         ttfts = [t for c in served if c.started >= start and (t := c.ttft) is not None]
-        delta = {k: engine1[k] - engine0[k] for k in ENGINE_COUNTERS}
 
-        def gw_delta(name: str) -> dict[str, float]:
-            return {e: v - gw0[name].get(e, 0.0) for e, v in gw1[name].items()}
+        def per_engine(name: str) -> dict[str, float]:
+            """A gateway counter's growth per engine."""
+            return window.delta_by(name, "engine", "gateway")
 
-        balance = load_balance(sampler, start, end)
-        routed = gw_delta("gateway_engine_requests_total")
-        queries = delta["vllm:prefix_cache_queries_total"]
+        balance = load_balance(window, start, end)
+        routed = per_engine("gateway_engine_requests_total")
+        queries = window.delta("vllm:prefix_cache_queries_total")
         return {
             "mix": mix,
             "routing": routing,
@@ -225,23 +198,23 @@ class Bench:
             "served": len(served),
             "refused": sum(1 for c in calls if c.status in (429, 503)),
             "errors": sum(1 for c in calls if c.status not in (200, 429, 503)),
-            "hit_rate": delta["vllm:prefix_cache_hits_total"] / queries if queries else None,
+            "hit_rate": window.delta("vllm:prefix_cache_hits_total") / queries if queries else None,
             "prefix_queries": queries,
             "ttft_p50": q(ttfts, 0.5),
             "ttft_p99": q(ttfts, 0.99),
             "tokens_per_s": tokens_within(served, start, end) / (end - start),
-            "preemptions": delta["vllm:num_preemptions_total"],
-            "affinity_hits": sum(gw_delta("gateway_routing_affinity_hits_total").values()),
+            "preemptions": window.delta("vllm:num_preemptions_total"),
+            "affinity_hits": sum(per_engine("gateway_routing_affinity_hits_total").values()),
             "load_cap_overrides": sum(
-                gw_delta("gateway_routing_load_cap_overrides_total").values()
+                per_engine("gateway_routing_load_cap_overrides_total").values()
             ),
             "routed": routed,
             **balance,
-            "others_cores": round(others_cores, 3),
+            "others_cores": round(window.others_cores, 3),
         }
 
 
-def load_balance(sampler: Sampler, start: float, end: float) -> dict[str, Any]:
+def load_balance(window: Window, start: float, end: float) -> dict[str, Any]:
     """From the per-second samples of requests in flight per engine: the
     busiest engine against the mean, and against the cap prefix routing
     allows at that load (``max(ceil(1.25 × fair), ceil(fair) + 2)`` with
@@ -250,10 +223,10 @@ def load_balance(sampler: Sampler, start: float, end: float) -> dict[str, Any]:
     over_cap = 0
     worst_excess = 0
     means: list[float] = []
-    for at, _, samples in sampler.rows:
+    for at, _, samples in window.sampler.rows if window.sampler else []:
         if not start <= at <= end:
             continue
-        loads = list(by_engine(samples, IN_FLIGHT).values())
+        loads = list(by_label(samples, IN_FLIGHT, "engine").values())
         if len(loads) < 2 or sum(loads) == 0:
             continue
         mean = sum(loads) / len(loads)
@@ -274,7 +247,7 @@ def load_balance(sampler: Sampler, start: float, end: float) -> dict[str, Any]:
     }
 
 
-async def estimate_error(bench: Bench, seed: int) -> dict[str, Any]:
+async def estimate_error(bench: PrefixBench, seed: int) -> dict[str, Any]:
     """The gateway's prompt estimate against the engine's count for each
     document alone: the estimator fitted on the runs' requests (characters
     and ``usage.prompt_tokens`` from the access logs, in order), and the
@@ -431,7 +404,7 @@ def estimate_table(est: dict[str, Any]) -> str:
     return table(headers, body)
 
 
-async def run_all(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+async def run_all(bench: PrefixBench, args: argparse.Namespace) -> dict[str, Any]:
     # Warm-up: compile, allocate, and let every gateway fit its estimate.
     for routing, aware in bench.gateways:
         await bench.run("rag", routing, aware, -1, seed=999, seconds=4.0, users=4)
@@ -477,12 +450,11 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
         "Prefix-aware demand's estimate against the engine's count\n\n"
         + estimate_table(result["estimate"])
     )
-    return "\n\n".join(parts) + "\n"
+    return sections(parts)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(parser)
+    parser = benchmark_parser(__doc__)
     parser.add_argument("--kv-blocks", type=int, default=48)
     parser.add_argument("--users", type=int, default=24)
     parser.add_argument("--docs", type=int, default=4)
@@ -496,7 +468,7 @@ def main() -> None:
     args = parser.parse_args()
 
     async def run(procs: Processes, out: Path) -> dict[str, Any]:
-        bench = Bench(args, procs)
+        bench = PrefixBench(args, procs)
         bench.start()
         return await run_all(bench, args)
 

@@ -1,0 +1,204 @@
+"""The measuring client: aiohttp (cheaper per chunk than httpx) with events
+cut by ``loadtests.meter.StreamMeter``, which parses JSON only for the first
+token and the usage chunk — on two cores the client shares a core with the
+gateway, so what the client costs is taken from what the gateway can show.
+Also closed-loop users and the engine's idle state."""
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from app.promtext import Sample, parse, total
+from loadtests.meter import StreamMeter
+
+CHAT = "/v1/chat/completions"
+
+
+@dataclass
+class Call:
+    """One request as the client saw it (times from ``time.perf_counter``)."""
+
+    status: int
+    started: float
+    finished: float = 0.0
+    first_token: float | None = None
+    completion_tokens: int = 0
+    prompt_tokens: int | None = None
+    gaps: list[float] = field(default_factory=list)
+    retry_after: float | None = None
+    request_id: str = ""
+    user: int = 0
+    label: str = ""
+    streamed: bool = True
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.started
+
+    @property
+    def latency(self) -> float:
+        return self.finished - self.started
+
+
+class Client:
+    """A lean HTTP client for many concurrent streams (one aiohttp session,
+    no connection limit)."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> "Client":
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0),
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=600),
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        assert self._session is not None, "use the client in `async with`"
+        return self._session
+
+    async def stream(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None, path: str = CHAT
+    ) -> Call:
+        """A streaming completion; asks for usage (tokens are counted from
+        it, not from chunks)."""
+        payload = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        call = Call(status=0, started=time.perf_counter())
+        hdrs = _with_id(call, headers)
+        try:
+            async with self.session.post(self.base_url + path, json=payload, headers=hdrs) as resp:
+                call.status = resp.status
+                if resp.status != 200:
+                    await resp.read()
+                    call.retry_after = _retry_after(resp.headers.get("retry-after"))
+                    call.finished = time.perf_counter()
+                    return call
+                meter = StreamMeter(started=call.started)
+                async for data in resp.content.iter_any():
+                    meter.feed(data, time.perf_counter())
+        except (TimeoutError, aiohttp.ClientError):
+            call.status = -1
+            call.finished = time.perf_counter()
+            return call
+        call.finished = time.perf_counter()
+        call.first_token = meter.first_token
+        call.completion_tokens = meter.completion_tokens or 0
+        call.gaps = meter.gaps
+        if meter.completion_tokens is None:
+            call.status = -2  # the stream ended without its usage chunk
+        return call
+
+    async def complete(
+        self, body: dict[str, Any], headers: dict[str, str] | None = None, path: str = CHAT
+    ) -> Call:
+        """A non-streaming completion."""
+        call = Call(status=0, started=time.perf_counter(), streamed=False)
+        hdrs = _with_id(call, headers)
+        try:
+            async with self.session.post(
+                self.base_url + path, json={**body, "stream": False}, headers=hdrs
+            ) as resp:
+                call.status = resp.status
+                raw = await resp.read()
+                call.finished = time.perf_counter()
+                if resp.status != 200:
+                    call.retry_after = _retry_after(resp.headers.get("retry-after"))
+                    return call
+        except (TimeoutError, aiohttp.ClientError):
+            call.status = -1
+            call.finished = time.perf_counter()
+            return call
+        usage = json.loads(raw).get("usage") or {}
+        call.completion_tokens = int(usage.get("completion_tokens") or 0)
+        call.prompt_tokens = usage.get("prompt_tokens")
+        call.first_token = call.finished
+        return call
+
+    async def metrics(self, base_url: str | None = None, names: Iterable[str] = ()) -> list[Sample]:
+        """The samples of ``/metrics`` (only the series in ``names`` when given)."""
+        url = (base_url or self.base_url).rstrip("/") + "/metrics"
+        async with self.session.get(url) as resp:
+            text = await resp.text()
+        return parse(text, tuple(names) or None)
+
+
+def _with_id(call: Call, headers: dict[str, str] | None) -> dict[str, str]:
+    call.request_id = uuid.uuid4().hex
+    return {"X-Request-Id": call.request_id, **(headers or {})}
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+async def closed_loop(
+    users: int,
+    seconds: float,
+    call: Callable[[int], Awaitable[Call]],
+    *,
+    retry_after: bool = True,
+) -> list[Call]:
+    """``users`` closed-loop users for ``seconds``: each sends its next
+    request when the previous one ended (after ``Retry-After`` when refused).
+    Requests still running at the end are waited for. The calls are listed
+    in the order they ended, so each user's stand in the order it sent them."""
+    until = time.perf_counter() + seconds
+    calls: list[Call] = []
+
+    async def user(i: int) -> None:
+        while time.perf_counter() < until:
+            result = await call(i)
+            result.user = i
+            calls.append(result)
+            if result.status != 200:
+                pause = (result.retry_after or 1.0) if retry_after else 0.05
+                await asyncio.sleep(max(0.0, min(pause, until - time.perf_counter())))
+
+    await asyncio.gather(*(user(i) for i in range(users)))
+    return calls
+
+
+def tokens_within(calls: Iterable[Call], start: float, end: float) -> float:
+    """Completion tokens generated between ``start`` and ``end``: each
+    request's ``usage`` spread evenly from its first token (a non-streaming
+    request: from its start) to its end."""
+    tokens = 0.0
+    for c in calls:
+        if c.status != 200 or not c.completion_tokens:
+            continue
+        begin = c.first_token if c.first_token is not None and c.streamed else c.started
+        span = c.finished - begin
+        if span <= 0:
+            tokens += c.completion_tokens if start <= begin <= end else 0
+            continue
+        overlap = min(c.finished, end) - max(begin, start)
+        tokens += c.completion_tokens * max(0.0, overlap) / span
+    return tokens
+
+
+async def engine_idle(client: Client, engine_url: str, timeout: float = 120) -> None:
+    """Wait until the engine runs and waits for nothing (at most ``timeout``
+    seconds: an engine that never idles is measured as it is)."""
+    deadline = time.monotonic() + timeout
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+    while time.monotonic() < deadline:
+        samples = await client.metrics(engine_url, names)
+        if all(total(samples, n) == 0 for n in names):
+            return
+        await asyncio.sleep(0.2)

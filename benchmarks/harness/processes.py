@@ -1,0 +1,172 @@
+"""The processes a benchmark starts — engines, gateways, Redis — each a
+process group with its log kept, all stopped together whatever happens."""
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
+
+from deploy.local import ROOT, ManagedProcess, free_port
+
+
+def model_name() -> str:
+    """The engine's served model name (the launcher's ``ENGINE_MODEL_NAME``)."""
+    return os.environ.get("ENGINE_MODEL_NAME") or "tiny"
+
+
+@dataclass
+class Service:
+    name: str
+    url: str
+    proc: ManagedProcess
+    ready: str = "/health"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+class _Stop(KeyboardInterrupt):
+    """SIGTERM or SIGHUP: unwind like Ctrl-C, so every process is stopped."""
+
+
+def _raise_stop(sig: int, frame: FrameType | None) -> None:
+    raise _Stop(f"signal {sig}")
+
+
+class Processes:
+    """Every process a benchmark starts; all stopped (in reverse order, each
+    as a process group) when the ``with`` block ends, whether it ends well,
+    fails, or is interrupted by Ctrl-C, SIGTERM or SIGHUP. Each one's output
+    goes to ``<logs>/<name>.log``, which stays.
+
+    ``GATEWAY_*`` variables of the calling shell are dropped from this
+    process's environment first: each gateway gets exactly the settings the
+    benchmark names (a keys file left set in the shell would change what is
+    measured)."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        logs.mkdir(parents=True, exist_ok=True)
+        self._procs: list[ManagedProcess] = []
+        self._handlers: dict[int, Any] = {}
+        self.dropped = sorted(k for k in os.environ if k.startswith("GATEWAY_"))
+        for name in self.dropped:
+            del os.environ[name]
+
+    def __enter__(self) -> "Processes":
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            self._handlers[sig] = signal.signal(sig, _raise_stop)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_all()
+        for sig, handler in self._handlers.items():
+            signal.signal(sig, handler)
+
+    def stop_all(self) -> None:
+        while self._procs:
+            proc = self._procs.pop()
+            try:
+                proc.stop()
+            except Exception as exc:  # keep stopping the others
+                print(f"stopping {proc.name}: {exc!r}", file=sys.stderr)
+
+    def stop(self, service: Service) -> None:
+        """Stop one service now (its process group)."""
+        if service.proc in self._procs:
+            self._procs.remove(service.proc)
+            service.proc.stop()
+
+    def _start(self, name: str, argv: list[str], env: dict[str, str]) -> ManagedProcess:
+        proc = ManagedProcess(name, argv, env, self.logs)
+        self._procs.append(proc)
+        return proc
+
+    def engine(
+        self,
+        name: str,
+        *,
+        kv_blocks: int | None = None,
+        kv_space_gib: int = 1,
+        max_num_seqs: int | None = None,
+    ) -> Service:
+        """An engine (``deploy/engine/run-cpu.sh``: CPU build, tiny model,
+        pinned to ``ENGINE_CPUS``); call ``wait_ready`` before using it."""
+        port = free_port()
+        env = {
+            "ENGINE_PORT": str(port),
+            # Set even when unset here: `make` exports the local stack's 24.
+            "ENGINE_KV_BLOCKS": "" if kv_blocks is None else str(kv_blocks),
+            "ENGINE_MAX_NUM_SEQS": "" if max_num_seqs is None else str(max_num_seqs),
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
+        }
+        proc = self._start(name, ["deploy/engine/run-cpu.sh"], env)
+        return Service(name, f"http://127.0.0.1:{port}", proc)
+
+    def gateway(self, name: str, env: dict[str, str], src: Path | None = None) -> Service:
+        """A gateway (``python -m app``) run from the source tree ``src``
+        (default: this repository), with ``env`` as its only ``GATEWAY_*``
+        settings; call ``wait_ready`` before using it."""
+        port = free_port()
+        argv = [sys.executable, "-m", "app"]
+        if src is not None and src.resolve() != ROOT:
+            # `python -m` puts the working directory first on the path, so
+            # the package imported is the one in `src`.
+            argv = ["sh", "-c", 'cd "$0" && exec "$1" -m app', str(src.resolve()), sys.executable]
+        full = {"GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port), **env}
+        proc = self._start(name, argv, full)
+        return Service(name, f"http://127.0.0.1:{port}", proc, ready="/health/ready")
+
+    def redis(self, name: str = "redis") -> str:
+        """A Redis server (``redis-server``) with no persistence; its URL."""
+        port = free_port()
+        argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+        argv += ["--appendonly", "no"]
+        proc = self._start(name, argv, {})
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited:\n{proc.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        return f"redis://127.0.0.1:{port}/0"
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"redis-server on {port} not answering")
+
+
+def wait_ready(services: Iterable[Service], timeout: float = 900) -> None:
+    """Wait for engines (``/health``) and gateways (``/health/ready``)."""
+    for svc in services:
+        svc.proc.wait_http(f"{svc.url}{svc.ready}", timeout=timeout)
+
+
+def access_log(service: Service) -> list[dict[str, Any]]:
+    """A gateway's access log: the JSON lines (one per request) of its output."""
+    records = []
+    for line in service.proc.log_text().splitlines():
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "request_id" in record:
+            records.append(record)
+    return records
