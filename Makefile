@@ -98,10 +98,6 @@ load: $(VENV)/.ready
 load-compare: $(VENV)/.ready
 	$(VENV)/bin/python -m loadtests.compare $(A) $(B)
 
-# The admission benchmark: starts its own engine and gateways, prints tables.
-bench: setup
-	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
-
 # Regenerate the lock files from pyproject.toml (needs network).
 lock:
 	$(VENV)/bin/pip install --quiet uv
@@ -120,12 +116,17 @@ EXPERIMENT ?= all
 experiments: $(VENV)/.ready
 	$(VENV)/bin/python -m benchmarks.experiments $(EXPERIMENT) $(EXPERIMENTS_ARGS)
 
-# Benchmarks that start their own engines, gateways and Redis, print tables
-# and write result.json, tables.md and every process's log under reports/
-# (docs/benchmarks.md has the figures and how they were made). BENCH_ARGS
-# passes options (--help lists them); --gateway-src DIR runs the gateway from
-# another source tree, e.g. a git worktree of an older commit.
+# Benchmarks that start their own engines, gateways and Redis (after waiting
+# for a quiet machine), print tables and write result.json, tables.md and
+# every process's log under reports/ (docs/benchmarks.md has the figures and
+# how they were made). `make bench` is admission control. BENCH_ARGS passes
+# options (--help lists them): --out DIR writes there, --quiet-wait 0 does not
+# wait, --gateway-src DIR runs the gateway from another source tree, e.g. a
+# git worktree of an older commit.
 .PHONY: bench-overhead bench-limits bench-prefix
+bench: setup
+	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
+
 bench-overhead: setup
 	$(VENV)/bin/python -m benchmarks.overhead $(BENCH_ARGS)
 
