@@ -1,6 +1,7 @@
 """``python -m benchmarks.experiments {batching,sweep,capacity,degradation,all}``."""
 
 import argparse
+import asyncio
 import os
 import sys
 import time
@@ -9,15 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.experiments import batching, degradation, kv_capacity, sweep
-from benchmarks.experiments.engine import EngineInfo, engine_info, idle
-from benchmarks.experiments.output import (
-    DOCS,
-    ROOT,
-    NotApplicable,
-    machine_note,
-    machine_state,
-    stamp,
-)
+from benchmarks.experiments.engine import EngineInfo, engine_info
+from benchmarks.experiments.output import DOCS, NotApplicable, stamp
+from benchmarks.harness import Client, engine_idle, machine_note, machine_state
+from deploy.local import ROOT
 
 Collect = Callable[[argparse.Namespace, EngineInfo], Any]
 Render = Callable[[Any, EngineInfo, str, Path], Path]
@@ -76,11 +72,14 @@ def shown_command(argv: Sequence[str], name: str) -> str:
     return " ".join(["python -m benchmarks.experiments", *kept])
 
 
-def wait_idle(url: str, timeout: float = 120) -> None:
+def wait_idle(url: str) -> None:
     """Start each experiment on an idle engine (an earlier one may still drain)."""
-    deadline = time.monotonic() + timeout
-    while not idle(url) and time.monotonic() < deadline:
-        time.sleep(1)
+
+    async def idle() -> None:
+        async with Client(url) as client:
+            await engine_idle(client, url)
+
+    asyncio.run(idle())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,9 @@ from typing import Any
 from benchmarks.experiments import course
 from benchmarks.experiments.burst import Run, course_prompts, measure, median_run, warm_up
 from benchmarks.experiments.engine import EngineInfo, prompt_tokens
-from benchmarks.experiments.output import ROOT, num, pyplot, table, write
+from benchmarks.experiments.output import pyplot, write
+from benchmarks.harness import num, table
+from deploy.local import ROOT
 
 
 @dataclass

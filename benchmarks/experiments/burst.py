@@ -4,17 +4,14 @@ Each request is a non-streaming ``/v1/completions`` call with ``ignore_eos``
 and a fixed ``max_tokens``, greedy — the course's ``LLM.generate`` on a list
 of prompts, over HTTP. ``concurrency`` 1 sends them one after another (the
 naive loop's order); ``concurrency`` = the number of prompts sends them all
-at once. The engine's counters are read before and after; its gauges are
-sampled while the requests run (peak running, waiting, KV usage).
+at once. The engine's counters are read before and after (the engine idle
+both times); its gauges are sampled while the requests run (peak running,
+waiting, KV usage).
 """
 
 import asyncio
-import contextlib
 import statistics
-import time
-from dataclasses import dataclass, field
-
-import httpx
+from dataclasses import dataclass
 
 from benchmarks.experiments.engine import (
     GENERATED,
@@ -24,9 +21,8 @@ from benchmarks.experiments.engine import (
     QUEUE_TIME_SUM,
     RUNNING,
     WAITING,
-    counters,
 )
-from deploy.local import scrape, value
+from benchmarks.harness import Call, Client, measured
 
 SAMPLE_SECONDS = 0.2
 
@@ -60,87 +56,48 @@ class Run:
         return statistics.fmean(self.latencies) if self.latencies else 0.0
 
 
-@dataclass
-class _Peaks:
-    running: float = 0.0
-    waiting: float = 0.0
-    kv_usage: float = 0.0
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-async def _watch(url: str, peaks: _Peaks) -> None:
-    while not peaks.stop.is_set():
-        try:
-            samples = await asyncio.to_thread(scrape, url)
-        except httpx.HTTPError:
-            samples = []
-        peaks.running = max(peaks.running, value(samples, RUNNING))
-        peaks.waiting = max(peaks.waiting, value(samples, WAITING))
-        peaks.kv_usage = max(peaks.kv_usage, value(samples, KV_USAGE))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(peaks.stop.wait(), SAMPLE_SECONDS)
-
-
-async def _complete(
-    client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int
-) -> tuple[float, int]:
-    body = {
-        "model": model,
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "temperature": 0.0,
-    }
-    started = time.perf_counter()
-    response = await client.post("/v1/completions", json=body)
-    response.raise_for_status()
-    tokens = int(response.json()["usage"]["completion_tokens"])
-    return time.perf_counter() - started, tokens
-
-
-async def _send_all(
-    url: str, model: str, prompts: list[str], max_tokens: int, concurrency: int
-) -> tuple[float, list[tuple[float, int] | BaseException]]:
-    gate = asyncio.Semaphore(concurrency)
-    limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(base_url=url, timeout=900, limits=limits) as client:
-
-        async def one(prompt: str) -> tuple[float, int]:
-            async with gate:
-                return await _complete(client, model, prompt, max_tokens)
-
-        started = time.perf_counter()
-        results = await asyncio.gather(*(one(p) for p in prompts), return_exceptions=True)
-        return time.perf_counter() - started, list(results)
-
-
 async def _measure(
     url: str, model: str, prompts: list[str], max_tokens: int, concurrency: int
 ) -> Run:
-    before = await asyncio.to_thread(counters, url)
-    peaks = _Peaks()
-    watcher = asyncio.create_task(_watch(url, peaks))
-    try:
-        seconds, results = await _send_all(url, model, prompts, max_tokens, concurrency)
-    finally:
-        peaks.stop.set()
-        await watcher
-    after = await asyncio.to_thread(counters, url)
-    done = [r for r in results if isinstance(r, tuple)]
-    queued = after[QUEUE_TIME_COUNT] - before[QUEUE_TIME_COUNT]
+    gate = asyncio.Semaphore(concurrency)
+    async with Client(url) as client:
+
+        async def one(prompt: str) -> Call:
+            body = {
+                "model": model,
+                "prompt": prompt,
+                "max_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+            }
+            async with gate:
+                return await client.complete(body, path="/v1/completions")
+
+        async with measured(
+            client,
+            {"engine": url},
+            (PREEMPTIONS, GENERATED, QUEUE_TIME_SUM, QUEUE_TIME_COUNT),
+            idle=[url],
+            sampled={"engine": url},
+            series=(RUNNING, WAITING, KV_USAGE),
+            period=SAMPLE_SECONDS,
+        ) as window:
+            calls = await asyncio.gather(*(one(p) for p in prompts))
+    done = [c for c in calls if c.status == 200]
+    queued = window.delta(QUEUE_TIME_COUNT)
     return Run(
         requests=len(prompts),
         concurrency=concurrency,
-        seconds=seconds,
-        output_tokens=sum(tokens for _, tokens in done),
-        latencies=[latency for latency, _ in done],
-        failed=len(results) - len(done),
-        preemptions=after[PREEMPTIONS] - before[PREEMPTIONS],
-        engine_tokens=after[GENERATED] - before[GENERATED],
-        queue_time_mean=(after[QUEUE_TIME_SUM] - before[QUEUE_TIME_SUM]) / queued if queued else 0,
-        peak_running=peaks.running,
-        peak_waiting=peaks.waiting,
-        peak_kv_usage=peaks.kv_usage,
+        seconds=window.seconds,
+        output_tokens=sum(c.completion_tokens for c in done),
+        latencies=[c.latency for c in done],
+        failed=len(calls) - len(done),
+        preemptions=window.delta(PREEMPTIONS),
+        engine_tokens=window.delta(GENERATED),
+        queue_time_mean=window.delta(QUEUE_TIME_SUM) / queued if queued else 0,
+        peak_running=max(window.series("engine", RUNNING), default=0.0),
+        peak_waiting=max(window.series("engine", WAITING), default=0.0),
+        peak_kv_usage=max(window.series("engine", KV_USAGE), default=0.0),
     )
 
 

@@ -20,15 +20,9 @@ from typing import Any
 
 from benchmarks.experiments import course
 from benchmarks.experiments.engine import EngineInfo, prompt_tokens
-from benchmarks.experiments.output import (
-    ROOT,
-    NotApplicable,
-    machine_note,
-    machine_state,
-    pyplot,
-    table,
-    write,
-)
+from benchmarks.experiments.output import NotApplicable, pyplot, write
+from benchmarks.harness import machine_note, machine_state, table
+from deploy.local import ROOT
 from loadtests.phases import detect_phases
 from loadtests.prompts import PromptFactory
 from loadtests.report import load_run

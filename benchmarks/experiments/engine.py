@@ -1,12 +1,13 @@
 """What the experiments read from the running engine over HTTP: its model,
-its KV cache configuration (``vllm:cache_config_info``) and its counters."""
+its KV cache configuration (``vllm:cache_config_info``), the names of the
+counters and gauges a measured run reads, and its count of a prompt's tokens."""
 
 from dataclasses import dataclass
 
 import httpx
 
 from app.capacity.plan import sequences_that_fit
-from deploy.local import Samples, scrape, value
+from deploy.local import scrape
 
 # Counters and gauges read before and after each measured run.
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -87,17 +88,6 @@ def engine_info(url: str) -> EngineInfo:
     (cache,) = [dict(s.labels) for s in samples if s.name == "vllm:cache_config_info"]
     first = models[0]
     return EngineInfo(url, first["id"], int(first["max_model_len"]), str(first["root"]), cache)
-
-
-def counters(url: str) -> dict[str, float]:
-    samples: Samples = scrape(url)
-    names = (PREEMPTIONS, GENERATED, QUEUE_TIME_SUM, QUEUE_TIME_COUNT, RUNNING, WAITING)
-    return {name: value(samples, name) for name in names}
-
-
-def idle(url: str) -> bool:
-    now = counters(url)
-    return now[RUNNING] == 0 and now[WAITING] == 0
 
 
 def prompt_tokens(url: str, model: str, prompt: str | list[dict[str, str]]) -> int:

@@ -21,7 +21,9 @@ from app.capacity import CapacityPlan, UnsupportedModel, plan_capacity, read_mod
 from benchmarks.experiments import course
 from benchmarks.experiments.burst import Run, course_prompts, measure, warm_up
 from benchmarks.experiments.engine import EngineInfo, prompt_tokens
-from benchmarks.experiments.output import ROOT, pyplot, table, write
+from benchmarks.experiments.output import pyplot, write
+from benchmarks.harness import table
+from deploy.local import ROOT
 
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
 # The course's example: "roughly 14 GB left for cache", 1,000-token requests.

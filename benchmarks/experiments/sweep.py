@@ -10,7 +10,8 @@ from pathlib import Path
 from benchmarks.experiments import course
 from benchmarks.experiments.burst import Run, course_prompts, measure, median_run, warm_up
 from benchmarks.experiments.engine import EngineInfo, prompt_tokens
-from benchmarks.experiments.output import num, pyplot, table, write
+from benchmarks.experiments.output import pyplot, write
+from benchmarks.harness import num, table
 
 # Doubling n keeps "near-linear" when throughput grows by at least this share
 # of the doubling (2× ideal; 0.75 → 1.5×).
