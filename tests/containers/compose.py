@@ -16,7 +16,6 @@ the resolved configuration, and every build from it, names them.
 
 import os
 import re
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from deploy.local import free_port
 from tests.containers.stand_ins import stand_ins
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,13 +37,6 @@ GATEWAY_DOCKERFILE = "Dockerfile"
 UNAVAILABLE_IMAGES = {"grafana/grafana": "Grafana: no registry here, and no Debian package"}
 
 Service = dict[str, Any]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def compose_variables() -> set[str]:

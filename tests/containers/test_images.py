@@ -11,6 +11,7 @@ import pytest
 from tests.containers import podman
 from tests.containers.compose import ROOT, ComposeProject
 from tests.containers.stand_ins import stand_in
+from tests.support.locks import lock_pins
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -81,16 +82,6 @@ def test_the_build_context_holds_only_what_the_dockerfiles_copy(
     assert not any(part == "__pycache__" for path in context_files for part in path.parts)
 
 
-def lock_pins(path: Path) -> dict[str, str]:
-    pins = {}
-    for line in path.read_text().splitlines():
-        requirement = line.split(";")[0].strip()
-        if requirement and not line.startswith((" ", "#", "-")):
-            name, _, version = requirement.partition("==")
-            pins[re.sub(r"[-_.]+", "-", name.split("[")[0]).lower()] = version
-    return pins
-
-
 INSTALLED = (
     "import importlib.metadata as m, json, re; "
     "print(json.dumps({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower(): d.version "
@@ -104,7 +95,7 @@ def test_the_gateway_image_runs_the_locked_versions(tmp_path: Path) -> None:
     env_file = tmp_path / "empty.env"
     env_file.write_text("")
     project = ComposeProject("images", env_file)
-    locked = lock_pins(ROOT / "requirements" / "runtime.lock")
+    locked = lock_pins("requirements/runtime.lock")
     assert locked
     images = {project.services[gateway]["image"] for gateway in project.gateways()}
     assert images

