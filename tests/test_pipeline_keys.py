@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from app.keys.ring import hash_key
 from tests.support.asgi import in_process_gateway
+from tests.support.keys import key_entry, write_keys_file
 from tests.support.scripted_engine import DONE, MODEL, chunk, usage_chunk
 
 COMPLETIONS = "/v1/completions"
@@ -15,15 +15,16 @@ BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 10}
 
 @pytest.fixture
 def keys_file(tmp_path: Path) -> Path:
-    path = tmp_path / "keys.yaml"
-    path.write_text(
-        "keys:\n"
-        f"  - {{id: acme-1, tenant: acme, sha256: '{hash_key('key-acme')}',"
-        " priorities: [normal, low], tokens_per_minute: 100, requests_per_minute: 50}\n"
-        f"  - {{id: globex-1, tenant: globex, sha256: '{hash_key('key-globex')}',"
-        " priorities: [high, normal]}\n"
+    acme = key_entry(
+        "acme-1",
+        "acme",
+        "key-acme",
+        priorities=("normal", "low"),
+        tokens_per_minute=100,
+        requests_per_minute=50,
     )
-    return path
+    globex = key_entry("globex-1", "globex", "key-globex", priorities=("high", "normal"))
+    return write_keys_file(tmp_path / "keys.yaml", [acme, globex])
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -14,6 +14,7 @@ import pytest
 from tests.containers import podman
 from tests.containers.metrics import FETCH
 from tests.deploy.k8s_manifests import Manifest, Rendered, container, render_overlay
+from tests.support.keys import write_keys_file
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -44,8 +45,7 @@ def gateway(rendered: Rendered, tmp_path: Path) -> Iterator[str]:
     (mount,) = [m for m in spec["volumeMounts"] if m["name"] == "keys"]
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o755)
-    (keys / Path(env["GATEWAY_KEYS_FILE"]).name).write_text("keys: []\n")
-    (keys / Path(env["GATEWAY_KEYS_FILE"]).name).chmod(0o644)
+    write_keys_file(keys / Path(env["GATEWAY_KEYS_FILE"]).name, []).chmod(0o644)
     name = f"vgw-k8s-context-{tmp_path.name.lower()}"
     argv = ["run", "--detach", "--name", name]
     argv += ["--user", f"{context['runAsUser']}:{context['runAsGroup']}"]

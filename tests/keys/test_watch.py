@@ -5,8 +5,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from app.keys.ring import KeyRing, hash_key
+from app.keys.ring import KeyRing
 from app.keys.watch import KeysWatcher
+from tests.support.keys import Entry, key_entry, write_keys_file
 
 
 async def until(check: Callable[[], bool]) -> None:
@@ -15,20 +16,20 @@ async def until(check: Callable[[], bool]) -> None:
         await asyncio.sleep(0.01)
 
 
-def entry(key_id: str, key: str) -> str:
-    return f"  - {{id: {key_id}, tenant: t, sha256: '{hash_key(key)}'}}\n"
+def entry(key_id: str, key: str) -> Entry:
+    return key_entry(key_id, "t", key)
 
 
 async def test_a_changed_file_is_picked_up_and_a_broken_one_is_not(tmp_path: Path) -> None:
     path = tmp_path / "keys.yaml"
-    path.write_text("keys:\n" + entry("one", "k1"))
+    write_keys_file(path, [entry("one", "k1")])
     failures: list[None] = []
     watcher = KeysWatcher(path, 0.01, lambda: failures.append(None))
     seen: list[KeyRing] = []
     watcher.on_change(seen.append)
     task = asyncio.create_task(watcher.run())
     try:
-        path.write_text("keys:\n" + entry("one", "k1") + entry("two", "k2"))
+        write_keys_file(path, [entry("one", "k1"), entry("two", "k2")])
         await until(lambda: bool(seen))
         assert watcher.ring.lookup("k2") is not None
         path.write_text("keys: [broken")
@@ -42,9 +43,9 @@ async def test_a_changed_file_is_picked_up_and_a_broken_one_is_not(tmp_path: Pat
 
 def test_a_reload_on_demand(tmp_path: Path) -> None:
     path = tmp_path / "keys.yaml"
-    path.write_text("keys:\n" + entry("one", "k1"))
+    write_keys_file(path, [entry("one", "k1")])
     watcher = KeysWatcher(path, 60)
-    path.write_text("keys:\n" + entry("two", "k2"))
+    write_keys_file(path, [entry("two", "k2")])
     assert watcher.reload()
     assert watcher.ring.lookup("k1") is None
     assert watcher.ring.lookup("k2") is not None
