@@ -104,7 +104,7 @@ def test_a_request_the_order_admits_at_once_is_not_refused_for_a_predicted_wait(
         assert admit(p, now=second - 1) == []
         p.release(running[1])
         (running,) = admit_all(p, now=second)
-    assert p.drain_rate() == pytest.approx(100, rel=0.05)
+    assert p.forecast.rate() == pytest.approx(100, rel=0.05)
     with pytest.raises(QueueFull) as refused:
         add(p, waiter(tokens=400, at=3))
     assert refused.value.retry_after == pytest.approx(4.0, rel=0.05)

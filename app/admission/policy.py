@@ -78,28 +78,12 @@ cap above bounds how long it can hold them. Only requests for a model whose
 engines are full wait behind such a head: a request for another model goes
 on.
 
-*Refusing early.* The queue drains at a rate the policy measures: tokens
-admitted out of a backlog per second of backlog (idle time does not count, so
-a quiet spell does not make the engine look slow). A new request whose
-predicted wait — the tokens the order admits before it, over that rate — is
-longer than the queue's deadline is refused at once rather than after the
-deadline, and so is any request beyond the queue's maximum depth. "Before
-it" is the fair order's, not the queue's length: the classes above, its own
-tenant's backlog, and of every other tenant only what that tenant starts
-before it would. Counting the whole queue would refuse a light tenant
-whenever a heavy one had filled the queue up to the deadline, which is
-starvation by another road.
-A request the order would admit at once (nothing before it waits, an
-engine has room) is never refused early: a rate measured on small requests
-would otherwise turn a large one away from an idle engine for good.
-
-*Retry-After.* A refused client is told when what the order admits before it
-will have been admitted, at the measured rate (the fleet's: every engine
-admits from the one queue). Clients refused together must not all come back together, so each
-refusal also books its own tokens' worth of drain time after the previous
-booking: returning clients arrive spread out at the rate the queue drains,
-and an honoured Retry-After mostly leads to admission. Bookings are kept per
-tenant, so one tenant's refusals cannot push everyone else's Retry-After up.
+*Refusing early, and Retry-After.* A new request whose predicted wait is
+longer than the queue's deadline is refused at once rather than after it,
+and so is any request beyond the queue's maximum depth — unless the order
+would admit it at once (nothing before it waits, an engine has room). How
+the wait is predicted, and what a refused client is told, is
+``app.admission.forecast``.
 """
 
 from collections.abc import Iterator
@@ -107,7 +91,7 @@ from dataclasses import dataclass, field
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
-from app.admission.rate import DrainRate
+from app.admission.forecast import Forecast
 from app.routing.base import Choice, RouteRequest
 from app.routing.router import Router
 from app.settings import default
@@ -148,9 +132,12 @@ class AdmissionPolicy:
         self.router = router or Router()
         self.engines: dict[str, EngineBudget] = {}
         self.queue = FairQueue()
-        self._drain = DrainRate()
+        self.forecast = Forecast(
+            self.queue,
+            max_retry_after=self.config.max_retry_after,
+            cold_turnover=self.config.cold_turnover,
+        )
         self._round = 0
-        self._promised: dict[str, float] = {}
         self._reserved_done = 0.0
         self._held_done = 0.0
 
@@ -187,7 +174,7 @@ class AdmissionPolicy:
         deadline (unless it would be admitted at once). ``front``: a retry,
         which already waited its turn."""
         if not front:
-            wait = self.predicted_wait(waiter.priority, waiter.tokens, waiter.tenant)
+            wait = self.forecast.wait(waiter.priority, waiter.tokens, waiter.tenant)
             if (
                 self.queued >= self.config.max_queue_depth
                 or self.queue.size + waiter.size > self.config.max_queue_bytes
@@ -202,7 +189,7 @@ class AdmissionPolicy:
                 )
         waiter.round = self._round
         self.queue.add(waiter, front=front)
-        self._drain.tick(now, backlog=True)
+        self.forecast.drain.tick(now, backlog=True)
 
     def _admitted_at_once(self, waiter: Waiter) -> bool:
         """Nothing the order admits before it waits, and an engine has room
@@ -251,7 +238,7 @@ class AdmissionPolicy:
                 return Decision(waiter, budget, choice), expired
             full_models.add(waiter.model)
         # The end of a dispatch round.
-        self._drain.tick(now, backlog=self.queued > 0)
+        self.forecast.drain.tick(now, backlog=self.queued > 0)
         self._round += 1
         return None, expired
 
@@ -259,7 +246,7 @@ class AdmissionPolicy:
         waiter = decision.waiter
         self.queue.admit(waiter)
         if waiter.round < self._round:
-            self._drain.admitted(waiter.tokens)
+            self.forecast.drain.admitted(waiter.tokens)
         reservation = decision.budget.reserve(waiter)
         reservation.choice = decision.choice
         return reservation
@@ -311,44 +298,13 @@ class AdmissionPolicy:
 
     # --- telling clients when to come back ----------------------------------
 
-    def drain_rate(self) -> float | None:
-        """Tokens (worst case) admitted per second out of a backlog."""
-        return self._drain.rate()
-
-    def predicted_wait(
-        self, priority: str, tokens: int = 0, tenant: str | None = None
-    ) -> float | None:
-        """Seconds until what the order admits before a new request of
-        ``tenant`` at ``priority`` (plus its own ``tokens``) should have been
-        admitted; None without a measured rate."""
-        rate = self._drain.rate()
-        if rate is None:
-            return None
-        return (self.queue.tokens_ahead(priority, tenant) + tokens) / rate
-
     def retry_after(
         self, now: float, tokens: int = 0, tenant: str = "", priority: str | None = None
     ) -> float:
         """Seconds a refused request of ``tokens`` should wait before coming
-        back (see the module docstring); books that time for ``tenant``.
-        Until the drain rate has been measured (the backlog just formed), the
-        fleet is assumed to turn its KV cache over every ``cold_turnover``
-        seconds."""
-        self._drain.tick(now, backlog=self.queued > 0)
-        rate = self._drain.rate()
-        if rate is None:
-            capacity = self.capacity_tokens
-            if capacity is None:
-                return self.config.cold_turnover
-            rate = capacity / self.config.cold_turnover
-        ahead = self.queue.tokens if priority is None else self.queue.tokens_ahead(priority, tenant)
-        queue_drained = now + ahead / rate
-        come_back = max(queue_drained, self._promised.get(tenant, 0.0)) + tokens / rate
-        come_back = min(come_back, now + self.config.max_retry_after)
-        self._promised[tenant] = come_back
-        for stale in [t for t, until in self._promised.items() if until < now]:
-            del self._promised[stale]
-        return max(1.0, come_back - now)
+        back; books that time for ``tenant`` (``Forecast.retry_after``)."""
+        self.forecast.drain.tick(now, backlog=self.queued > 0)
+        return self.forecast.retry_after(now, self.capacity_tokens, tokens, tenant, priority)
 
     # --- for tests and invariants --------------------------------------------
 

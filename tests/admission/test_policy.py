@@ -214,9 +214,9 @@ def backlog_draining_at_100_tokens_a_second(p: AdmissionPolicy) -> None:
 
 def test_the_drain_rate_is_measured_while_requests_wait() -> None:
     p = policy(blocks=1)
-    assert p.drain_rate() is None
+    assert p.forecast.rate() is None
     backlog_draining_at_100_tokens_a_second(p)
-    assert p.drain_rate() == pytest.approx(100, rel=0.2)
+    assert p.forecast.rate() == pytest.approx(100, rel=0.2)
 
 
 def test_retry_after_is_the_predicted_wait() -> None:
