@@ -275,20 +275,25 @@ class FrameworkError(GatewayError):
 
 
 class UpstreamFailed(GatewayError):
-    """The engine went away or broke the protocol while serving the request."""
+    """The engine went away or broke the protocol while serving the request.
+    A broken connection is not proof the engine is gone (a kept-alive
+    connection it closed as a request went out, a proxy between): another
+    engine is tried, and the engine is ejected only when it cannot be reached
+    (below) or fails its check."""
 
     status = 502
     type = "upstream_error"
     code = "engine_error"
     retryable = True
-    ejects = True
 
 
 class UpstreamUnreachable(UpstreamFailed):
-    """Admitted, but the engine could not be reached."""
+    """Admitted, but the engine could not be reached: its connection refused
+    or not made, as for an engine whose process is gone."""
 
     status = 503
     code = "engine_unavailable"
+    ejects = True
 
 
 class PoolExhausted(UpstreamFailed):
@@ -300,7 +305,6 @@ class PoolExhausted(UpstreamFailed):
     code = "gateway_pool_exhausted"
     # The gateway's own pool, the same for every engine.
     retryable = False
-    ejects = False
 
 
 class UpstreamTimeout(UpstreamFailed):
@@ -309,7 +313,6 @@ class UpstreamTimeout(UpstreamFailed):
     status = 504
     type = "timeout_error"
     code = "engine_timeout"
-    ejects = False
 
 
 class StoppedByShutdown(UpstreamFailed):
@@ -319,7 +322,6 @@ class StoppedByShutdown(UpstreamFailed):
     type = "service_unavailable"
     code = "draining"
     retryable = False
-    ejects = False
 
 
 class EngineStatusError(UpstreamFailed):
@@ -329,8 +331,6 @@ class EngineStatusError(UpstreamFailed):
     as ``rejected`` with reason ``engine_invalid``. An engine that answers
     is alive (vLLM's 503 for its queue cap is a busy engine): never ejected;
     its 5xx and 429 are tried elsewhere."""
-
-    ejects = False
 
     def __init__(self, status: int, content: bytes, retry_after: float | None = None) -> None:
         parsed = _openai_error(content)

@@ -71,10 +71,11 @@ def test_every_rejection_reason_has_its_series_from_the_start() -> None:
 
 
 def test_what_the_retry_rule_reads_is_the_errors_own() -> None:
-    # Gone: tried elsewhere, and ejected.
+    # Gone (not reachable): tried elsewhere, and ejected.
     assert (UpstreamUnreachable("x").retryable, UpstreamUnreachable("x").ejects) == (True, True)
-    assert (UpstreamFailed("x").retryable, UpstreamFailed("x").ejects) == (True, True)
-    # Busy or slow: tried elsewhere, not ejected.
+    # Broken, busy or slow: tried elsewhere, not ejected (a reset kept-alive
+    # connection is no proof the engine is gone).
+    assert (UpstreamFailed("x").retryable, UpstreamFailed("x").ejects) == (True, False)
     assert (UpstreamTimeout("x").retryable, UpstreamTimeout("x").ejects) == (True, False)
     assert (EngineStatusError(503, b"").retryable, EngineStatusError(503, b"").ejects) == (
         True,

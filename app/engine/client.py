@@ -84,10 +84,11 @@ class EngineClient:
         try:
             try:
                 response = await self._http.send(request, stream=True)
-            except httpx.RemoteProtocolError:
-                # Closed before any answer: a kept-alive connection the
-                # engine closed as the request went out (it never read it).
-                # Once more, on another connection.
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                # Closed or reset before any answer: a kept-alive connection
+                # the engine closed as the request went out (it never read
+                # it; a reset when the close raced the send). Once more, on
+                # another connection.
                 response = await self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise _gateway_error(exc, answering=False) from exc

@@ -9,7 +9,7 @@ An engine is down when it is dead, not when it is busy. It is ejected
 (``gateway_upstream_up`` 0, ``gateway_engine_ejections_total`` counts it, a
 "DOWN (ejected)" log line, admission places nothing on it) when a check
 fails — the connection refused or not made, ``/health`` not 200, no model
-list — or when a request's connection to it is refused or broken. A check
+list — or when a request's connection to it is refused. A check
 that is merely late is not a failure: under load ``/health`` and the engine's
 large ``/metrics`` answer slowly, and a check that times out while the
 engine's answers to requests keep arriving (the engine client notes their
