@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 
 from deploy.local import free_port
-from tests.conftest import StartGateway
+from tests.support.gateways import StartGateway
 from tests.support.raw_http import close, connect, read_response
 
 

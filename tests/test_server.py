@@ -6,7 +6,8 @@ import signal
 
 import httpx
 
-from tests.conftest import MODEL, Engine, Gateway, StartGateway
+from tests.support.engines import MODEL, Engine, engine_idle
+from tests.support.gateways import Gateway, StartGateway
 from tests.support.streams import open_stream
 from tests.support.wait import wait_until
 
@@ -91,7 +92,7 @@ async def test_streams_still_open_after_the_grace_period_end_with_an_error_event
     assert b"[DONE]" not in received
     assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
     # The engine was told to stop too.
-    assert wait_until(lambda: idle_engine.metric("vllm:num_requests_running") == 0, timeout=10)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=10)
 
 
 async def test_a_non_streaming_call_still_running_after_the_grace_period_gets_503(
@@ -108,4 +109,4 @@ async def test_a_non_streaming_call_still_running_after_the_grace_period_gets_50
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "draining"
     assert await asyncio.to_thread(gateway.process.proc.wait, 30) == 0
-    assert wait_until(lambda: idle_engine.metric("vllm:num_requests_running") == 0, timeout=10)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=10)

@@ -2,14 +2,14 @@
 
 import asyncio
 import contextlib
-import json
 import random
 import signal
 
 import httpx
 
-from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle
+from tests.support.engines import MODEL, Engine, engine_idle
 from tests.support.fairness import heavy_admitted_before_light_finished
+from tests.support.gateways import Gateway, StartGateway, access_log
 from tests.support.streams import hold_streams
 from tests.support.wait import wait_for, wait_until
 
@@ -21,14 +21,6 @@ async def start_blocker(http: httpx.AsyncClient) -> httpx.Response:
     (response,) = await hold_streams(http, str(http.base_url).rstrip("/"), LONG, 1)
     assert response.status_code == 200
     return response
-
-
-def access_log(gateway: Gateway) -> list[dict[str, object]]:
-    entries = []
-    for line in gateway.process.log_text().splitlines():
-        if line.startswith('{"ts"'):
-            entries.append(json.loads(line))
-    return entries
 
 
 def queue_depth(gateway: Gateway) -> float:
@@ -95,7 +87,7 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_engine(
             assert queue_depth(gateway) == 0
         finally:
             await blocker.aclose()
-    assert wait_until(lambda: engine_idle(idle_engine), timeout=10)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=10)
     assert idle_engine.metric("vllm:prompt_tokens_total") - prompt_tokens < 1200
     assert wait_until(lambda: gateway.metric("gateway_kv_tokens_reserved") == 0, timeout=30)
 
@@ -225,4 +217,4 @@ async def test_nothing_is_lost_at_three_times_overload_with_cancellations(
     assert outcomes["rejected"] > 0
     assert outcomes["cancelled"] > 0
     assert outcomes["completed"] > 0
-    assert wait_until(lambda: engine_idle(idle_engine), timeout=15)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=15)

@@ -4,7 +4,7 @@ import httpx
 
 from app.admission.estimate import PromptTokenEstimator
 from loadtests.prompts import Messages, PromptFactory
-from tests.conftest import MODEL, Engine
+from tests.support.engines import MODEL, Engine
 
 
 def test_before_calibration_a_default_ratio_is_used() -> None:

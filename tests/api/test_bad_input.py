@@ -5,7 +5,8 @@ import json
 import httpx
 import pytest
 
-from tests.conftest import MODEL, Gateway
+from tests.support.engines import MODEL
+from tests.support.gateways import Gateway
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"

@@ -13,7 +13,8 @@ from openai import AsyncOpenAI
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.conftest import MODEL, Engine, Gateway, engine_idle
+from tests.support.engines import MODEL, Engine, engine_idle
+from tests.support.gateways import Gateway, access_log
 from tests.support.wait import wait_until
 
 MESSAGES: list[ChatCompletionMessageParam] = [
@@ -111,11 +112,6 @@ async def complete(base_url: str, stream: bool, max_tokens: int) -> Answer:
         return await collect(events, lambda e: e.choices[0].text if e.choices else None)
 
 
-def wait_idle(engine: Engine) -> None:
-    """The next request runs alone: nothing of the last one is left."""
-    assert wait_until(lambda: engine_idle(engine), timeout=60), "engine still busy"
-
-
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("ask", [chat, complete], ids=["chat", "completions"])
 async def test_each_route_gives_the_engines_text(
@@ -125,7 +121,8 @@ async def test_each_route_gives_the_engines_text(
     stream: bool,
 ) -> None:
     direct = await ask(idle_engine.url, stream, 40)
-    wait_idle(idle_engine)
+    # The next request runs alone: nothing of the last one is left.
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=60), "engine still busy"
     through = await ask(gateway.url, stream, 40)
     assert direct.tokens == through.tokens == 40
     assert direct.text
@@ -187,11 +184,7 @@ async def test_stream_headers_and_request_id_round_trip(gateway: Gateway) -> Non
     assert response.headers["x-request-id"] == "trace-42"
     # The engine got an id the gateway made (it names its completion after
     # it), logged beside the client's.
-    (entry,) = [
-        json.loads(line)
-        for line in gateway.process.log_text().splitlines()
-        if line.startswith('{"ts"') and '"request_id":"trace-42"' in line
-    ]
+    (entry,) = [e for e in access_log(gateway) if e["request_id"] == "trace-42"]
     assert b'"id":"chatcmpl-trace-42"' not in response.content
     assert f'"id":"chatcmpl-{entry["engine_request_id"]}"'.encode() in response.content
 
@@ -225,7 +218,7 @@ async def test_content_arrives_with_continuous_usage_stats(
         asked = await http.post(
             "/v1/completions", json={**body, **seeded(), "stream_options": both}
         )
-        wait_idle(idle_engine)
+        assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=60), "engine still busy"
         plain = await http.post(
             "/v1/completions", json={**body, **seeded(), "stream_options": only_continuous}
         )

@@ -10,14 +10,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.conftest import (
-    MODEL,
-    Engine,
-    Gateway,
-    StartGateway,
-    engine_idle,
-    launch_gateway,
-)
+from tests.support.engines import MODEL, Engine, engine_idle
+from tests.support.gateways import Gateway, StartGateway, access_log, running_gateway
 from tests.support.raw_http import close, connect, read_response, request_bytes
 from tests.support.wait import wait_until
 
@@ -27,12 +21,8 @@ OUTCOMES = ("completed", "rejected", "cancelled", "failed")
 
 @pytest.fixture(scope="module")
 def hostile_gateway(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    gateway = launch_gateway(tmp_path_factory.mktemp("hostile"), engine.url, {})
-    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
-    try:
+    with running_gateway(tmp_path_factory.mktemp("hostile"), engine.url, {}) as gateway:
         yield gateway
-    finally:
-        gateway.process.stop()
 
 
 def outcomes(gateway: Gateway) -> dict[str, float]:
@@ -206,9 +196,7 @@ async def test_a_disconnect_storm_leaves_exactly_one_outcome_per_request(
 
     assert await asyncio.to_thread(wait_until, lambda: counted() == heads_sent, 60), counted()
     assert await asyncio.to_thread(wait_until, lambda: settled(gateway), 30)
-    assert await asyncio.to_thread(wait_until, lambda: engine_idle(idle_engine), 30)
+    assert await asyncio.to_thread(wait_until, lambda: engine_idle(idle_engine.metric), 30)
     assert outcomes(gateway)["failed"] == 0
-    log = gateway.process.log_text()
-    assert "Traceback" not in log
-    logged = [line for line in log.splitlines() if line.startswith('{"ts"')]
-    assert len(logged) == heads_sent
+    assert "Traceback" not in gateway.process.log_text()
+    assert len(access_log(gateway)) == heads_sent

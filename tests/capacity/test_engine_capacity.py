@@ -16,7 +16,8 @@ import pytest
 
 from app.capacity import plan_capacity, read_model_config
 from app.capacity.plan import GIB
-from deploy.local import ROOT, ManagedProcess, free_port, scrape
+from deploy.local import ROOT, ManagedProcess, scrape
+from tests.support.engines import running_engine
 
 KV_CACHE_GIB = 1
 # Not a multiple of the CPU block size (128), so a sequence's last block is partial.
@@ -30,24 +31,15 @@ DTYPE = re.compile(r"\bdtype=torch\.(\w+)")
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ManagedProcess]]:
-    port = free_port()
     env = {
-        "ENGINE_PORT": str(port),
         "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
         "ENGINE_MAX_MODEL_LEN": str(MAX_MODEL_LEN),
         # Empty, so neither `make test`'s exported block count nor extra flags apply.
         "ENGINE_KV_BLOCKS": "",
         "ENGINE_EXTRA_ARGS": "",
     }
-    proc = ManagedProcess(
-        "capacity-engine", ["deploy/engine/run-cpu.sh"], env, tmp_path_factory.mktemp("capacity")
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        proc.wait_http(f"{url}/health", timeout=900)
-        yield url, proc
-    finally:
-        proc.stop()
+    with running_engine("capacity-engine", tmp_path_factory.mktemp("capacity"), env) as started:
+        yield started.url, started.process
 
 
 def cache_config(url: str) -> dict[str, str]:

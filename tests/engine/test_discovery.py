@@ -31,9 +31,11 @@ from openai import AsyncOpenAI
 
 from app.engine.discovery import engine_urls, is_dns, resolve
 from deploy.local import ManagedProcess, free_port, scrape
-from tests.conftest import MODEL, Engine, Gateway, Service
 from tests.support.dns import DnsServer, resolving_through
+from tests.support.engines import MODEL, Engine
+from tests.support.gateways import Gateway
 from tests.support.raw_http import request_bytes
+from tests.support.services import Service
 from tests.support.wait import wait_until
 
 NAME = "engines.test"

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import MODEL, Engine, Gateway, StartGateway
+from tests.support.engines import MODEL, Engine
+from tests.support.gateways import Gateway, StartGateway
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.wait import wait_for
 

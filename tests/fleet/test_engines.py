@@ -11,41 +11,24 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deploy.local import ManagedProcess, free_port
-from tests.conftest import (
-    ENGINE_KV_BLOCKS,
-    ENGINE_MAX_NUM_SEQS,
+from deploy.local import free_port
+from tests.support.engines import (
     MODEL,
+    SMALL_ENGINE,
     Engine,
-    Service,
-    StartGateway,
     engine_idle,
+    launch_engine,
+    running_engine,
 )
+from tests.support.gateways import StartGateway
 from tests.support.wait import wait_until
-
-
-def start_engine(log_dir: Path, port: int) -> ManagedProcess:
-    env = {
-        "ENGINE_PORT": str(port),
-        "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
-        "ENGINE_MAX_NUM_SEQS": str(ENGINE_MAX_NUM_SEQS),
-        "ENGINE_MODEL_NAME": MODEL,
-    }
-    return ManagedProcess(f"engine-{port}", ["deploy/engine/run-cpu.sh"], env, log_dir)
 
 
 @pytest.fixture(scope="module")
 def second(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    port = free_port()
     logs = tmp_path_factory.mktemp("second-engine")
-    proc = start_engine(logs, port)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        proc.wait_http(f"{url}/health", timeout=900)
-        engine = Service(url, proc)
+    with running_engine("second-engine", logs, SMALL_ENGINE) as engine:
         yield engine
-    finally:
-        engine.process.stop()
 
 
 def preemptions(*engines: Engine) -> float:
@@ -87,7 +70,8 @@ async def test_killing_an_engine_under_load_loses_nothing_and_it_comes_back(
 ) -> None:
     port = free_port()
     doomed_url = f"http://127.0.0.1:{port}"
-    doomed = start_engine(tmp_path, port)
+    # On a port of its own: it comes back there.
+    doomed = launch_engine(f"engine-{port}", tmp_path, port, SMALL_ENGINE)
     try:
         doomed.wait_http(f"{doomed_url}/health", timeout=900)
         gateway = start_gateway(idle_engine.url, upstream_urls=f"{idle_engine.url},{doomed_url}")
@@ -121,11 +105,11 @@ async def test_killing_an_engine_under_load_loses_nothing_and_it_comes_back(
         assert outcomes["failed"] == failed
         assert sum(outcomes.values()) == 16
         assert gateway.metric("gateway_upstream_up", engine=label) == 0
-        assert wait_until(lambda: engine_idle(idle_engine), timeout=120)
+        assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=120)
 
         # Back: readmitted once its health check passes, and used again.
         doomed.stop()
-        doomed = start_engine(tmp_path, port)
+        doomed = launch_engine(f"engine-{port}", tmp_path, port, SMALL_ENGINE)
         doomed.wait_http(f"{doomed_url}/health", timeout=900)
         assert wait_until(
             lambda: gateway.metric("gateway_upstream_up", engine=label) == 1, timeout=120

@@ -3,30 +3,21 @@ real redis-server: one KV budget, one fair order, one set of limits; a
 replica killed without a drain stops counting; Redis stopping loses nothing."""
 
 import asyncio
-import json
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from app.keys.ring import hash_key
-from tests.conftest import MODEL, Engine, Gateway, StartGateway, engine_idle
+from tests.support.engines import MODEL, Engine, engine_idle
 from tests.support.fairness import heavy_admitted_before_light_finished
+from tests.support.gateways import Gateway, StartGateway, access_log
+from tests.support.keys import key_entry, write_keys_file
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_until
 
 LONG = {"model": MODEL, "max_tokens": 600, "ignore_eos": True, "stream": True}
-
-
-@pytest.fixture
-def redis(tmp_path: Path) -> Iterator[RedisServer]:
-    server = RedisServer(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 def pair(start: StartGateway, engine: Engine, **settings: object) -> tuple[Gateway, Gateway]:
@@ -54,14 +45,6 @@ def preemptions(engine: Engine) -> float:
     return engine.metric("vllm:num_preemptions_total")
 
 
-def access_log(gateway: Gateway) -> list[dict[str, Any]]:
-    return [
-        json.loads(line)
-        for line in gateway.process.log_text().splitlines()
-        if line.startswith('{"ts"')
-    ]
-
-
 def until(check: Callable[[], bool], timeout: float = 60) -> Awaitable[bool]:
     return asyncio.to_thread(wait_until, check, timeout)
 
@@ -81,7 +64,7 @@ async def test_a_burst_split_over_two_replicas_fits_one_budget_only_when_shared(
     unshared = preemptions(idle_engine) - before
     for gateway in alone:
         gateway.process.stop()
-    assert wait_until(lambda: engine_idle(idle_engine), timeout=60)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=60)
 
     shared = pair(
         start_gateway, idle_engine, redis_url=redis.url, queue_timeout=300, overcommit_max=1
@@ -130,10 +113,8 @@ async def test_a_keys_tokens_stay_within_its_limit_across_both_replicas(
     idle_engine: Engine, start_gateway: StartGateway, redis: RedisServer, tmp_path: Path
 ) -> None:
     limit, window = 2000, 10
-    keys = tmp_path / "keys.yaml"
-    keys.write_text(
-        f"keys:\n  - {{id: shared, tenant: t, sha256: '{hash_key('k')}',"
-        f" tokens_per_minute: {limit}}}\n"
+    keys = write_keys_file(
+        tmp_path / "keys.yaml", [key_entry("shared", "t", "k", tokens_per_minute=limit)]
     )
     gateways = pair(
         start_gateway,
@@ -197,7 +178,7 @@ async def test_a_replica_killed_without_a_drain_stops_counting_within_its_lease(
         )
 
     assert await until(only_the_survivors)
-    assert wait_until(lambda: engine_idle(idle_engine), timeout=60)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=60)
 
 
 async def test_redis_stopping_and_coming_back_loses_nothing(

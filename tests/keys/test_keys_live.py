@@ -1,7 +1,6 @@
 """API keys against a real gateway and the real engine."""
 
 import asyncio
-import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,59 +9,48 @@ import httpx
 import pytest
 from openai import APIStatusError, AsyncOpenAI
 
-from app.keys.ring import hash_key
 from deploy.local import scrape
-from tests.conftest import MODEL, Engine, Gateway, launch_gateway
+from tests.support.engines import MODEL, Engine
+from tests.support.gateways import Gateway, access_log, running_gateway
+from tests.support.keys import Entry, key_entry, keys_in, write_keys_file
 from tests.support.wait import wait_until
 
 WINDOW = 10
 TOKENS_PER_WINDOW = 3000
 
 
-def entry(key_id: str, tenant: str, key: str, extra: str = "") -> str:
-    return f"  - {{id: {key_id}, tenant: {tenant}, sha256: '{hash_key(key)}'{extra}}}\n"
-
-
 @pytest.fixture(scope="module")
 def keys_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("keys") / "keys.yaml"
-    path.write_text(
-        "keys:\n"
-        + entry("acme-1", "acme", "key-acme", ", priorities: [normal, low]")
-        + entry("old", "acme", "key-revoked")
-        + entry(
+    entries = [
+        key_entry("acme-1", "acme", "key-acme", priorities=("normal", "low")),
+        key_entry("old", "acme", "key-revoked"),
+        key_entry(
             "metered",
             "globex",
             "key-metered",
-            f", tokens_per_minute: {TOKENS_PER_WINDOW}, requests_per_minute: 1000",
-        )
-    )
-    return path
+            tokens_per_minute=TOKENS_PER_WINDOW,
+            requests_per_minute=1000,
+        ),
+    ]
+    return write_keys_file(tmp_path_factory.mktemp("keys") / "keys.yaml", entries)
 
 
 @pytest.fixture(scope="module")
 def keyed(
     engine: Engine, keys_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    gateway = launch_gateway(
-        tmp_path_factory.mktemp("keyed"),
-        engine.url,
-        {
-            "keys_file": keys_path,
-            "keys_reload_interval": 0.2,
-            "rate_limit_window": WINDOW,
-            "admission": "off",
-        },
-    )
-    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
-    try:
+    settings: dict[str, object] = {
+        "keys_file": keys_path,
+        "keys_reload_interval": 0.2,
+        "rate_limit_window": WINDOW,
+        "admission": "off",
+    }
+    with running_gateway(tmp_path_factory.mktemp("keyed"), engine.url, settings) as gateway:
         yield gateway
-    finally:
-        gateway.process.stop()
 
 
-def edit(path: Path, change: Callable[[str], str]) -> None:
-    path.write_text(change(path.read_text()))
+def edit(path: Path, change: Callable[[list[Entry]], list[Entry]]) -> None:
+    write_keys_file(path, change(keys_in(path)))
 
 
 def client(gateway: Gateway, key: str) -> AsyncOpenAI:
@@ -90,7 +78,7 @@ async def test_missing_wrong_and_revoked_keys_never_reach_the_engine(
         await api.completions.create(model=MODEL, prompt="x", max_tokens=2)
     before = engine_requests(idle_engine)
     await asyncio.to_thread(
-        edit, keys_path, lambda text: text.replace(entry("old", "acme", "key-revoked"), "")
+        edit, keys_path, lambda entries: [e for e in entries if e["id"] != "old"]
     )
 
     async def refused() -> bool:
@@ -126,7 +114,9 @@ async def test_a_priority_the_key_may_not_use_is_403(keyed: Gateway) -> None:
 async def test_a_key_added_to_the_file_works_without_a_restart(
     keyed: Gateway, keys_path: Path
 ) -> None:
-    await asyncio.to_thread(edit, keys_path, lambda text: text + entry("new", "initech", "key-new"))
+    await asyncio.to_thread(
+        edit, keys_path, lambda entries: [*entries, key_entry("new", "initech", "key-new")]
+    )
 
     async def works() -> bool:
         async with client(keyed, "key-new") as api:
@@ -195,14 +185,11 @@ async def test_a_keys_tokens_never_exceed_its_limit_plus_one_reservation(
         until = asyncio.get_running_loop().time() + 3 * WINDOW
         await asyncio.gather(*(user(api, until) for _ in range(4)))
 
-    charges = []
-    for line in keyed.process.log_text().splitlines():
-        if line.startswith('{"ts"'):
-            fields = json.loads(line)
-            if fields.get("key_id") == "metered" and fields.get("charged_ts") is not None:
-                charges.append(
-                    (fields["charged_ts"], fields["used_tokens"], fields["charged_tokens"])
-                )
+    charges = [
+        (fields["charged_ts"], fields["used_tokens"], fields["charged_tokens"])
+        for fields in access_log(keyed)
+        if fields.get("key_id") == "metered" and fields.get("charged_ts") is not None
+    ]
     assert len(charges) >= 5
     largest = max(reserved for _, _, reserved in charges)
     window = WINDOW - 0.05

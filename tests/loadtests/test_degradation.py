@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from deploy.local import ROOT, free_port
-from tests.conftest import ENGINE_MAX_NUM_SEQS, Engine, StartGateway
+from tests.support.engines import ENGINE_MAX_NUM_SEQS, Engine
+from tests.support.gateways import StartGateway
 
 SHORT = {"LOAD_STEPS": "1,2,16", "LOAD_STEP_SECONDS": "12", "LOAD_MAX_TOKENS": "400"}
 

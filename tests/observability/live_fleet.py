@@ -12,18 +12,17 @@
 
 import asyncio
 import os
-import secrets
 import signal
 from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
 from app.engine.monitor import engine_label
-from app.keys.ring import hash_key
 from deploy.local import scrape
-from tests.conftest import MODEL, Engine, Gateway, engine_idle
+from tests.support.engines import MODEL, Engine, engine_idle
+from tests.support.gateways import Gateway
+from tests.support.keys import new_key, write_keys_file
 from tests.support.wait import wait_until
 
 TENANT = "acme"
@@ -35,18 +34,11 @@ DOCUMENT = " ".join(
 )
 
 
-def write_keys_file(path: Path) -> str:
+def write_tenant_keys_file(path: Path) -> str:
     """A keys file with one key for ``TENANT``, normal priority only, a small
     token limit; returns the key."""
-    key = "vgw-live-" + secrets.token_urlsafe(24)
-    entry = {
-        "id": f"{TENANT}-live",
-        "tenant": TENANT,
-        "sha256": hash_key(key),
-        "priorities": ["normal"],
-        "tokens_per_minute": TOKENS_PER_WINDOW,
-    }
-    path.write_text(yaml.safe_dump({"keys": [entry]}))
+    key, entry = new_key(f"{TENANT}-live", TENANT, tokens_per_minute=TOKENS_PER_WINDOW)
+    write_keys_file(path, [entry])
     return key
 
 
@@ -117,7 +109,7 @@ async def engine_stall(engine: Engine, failover: Gateway, gateways: list[Gateway
     check's (10 s), so a request times out on one name, is retried under the
     other, and times out there; then the health checks eject both. SIGCONT
     brings the engine back and every gateway readmits it."""
-    assert await asyncio.to_thread(wait_until, lambda: engine_idle(engine), 120)
+    assert await asyncio.to_thread(wait_until, lambda: engine_idle(engine.metric), 120)
     labels = [engine_label(url) for url in engine_names(engine)]
 
     def ejected() -> bool:

@@ -10,7 +10,8 @@ import signal
 import httpx
 
 from deploy.local import metric
-from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway
+from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine
+from tests.support.gateways import Gateway
 from tests.support.raw_http import close, connect, read_response, request_bytes
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
 from tests.support.wait import wait_for

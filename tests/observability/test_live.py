@@ -23,9 +23,10 @@ import yaml
 
 from dashboards import build, snapshot
 from deploy.local import ROOT, ManagedProcess, free_port
-from tests.conftest import Engine, Gateway, launch_gateway
 from tests.observability import live_fleet, live_load
 from tests.observability.test_dashboards import load, queries
+from tests.support.engines import Engine
+from tests.support.gateways import Gateway, launch_gateway
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_until
 
@@ -130,7 +131,7 @@ def prometheus(
     proc: ManagedProcess | None = None
     try:
         redis.start()
-        key = live_fleet.write_keys_file(logs / "keys.yml")
+        key = live_fleet.write_tenant_keys_file(logs / "keys.yml")
         gateways = start_gateways(engine, redis, logs / "keys.yml", logs)
         config = logs / "prometheus.yml"
         config.write_text(

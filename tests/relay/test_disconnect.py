@@ -12,7 +12,8 @@ import time
 import httpx
 import psutil
 
-from tests.conftest import ENGINE_MAX_NUM_SEQS, MODEL, Engine, Gateway, engine_idle
+from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine, engine_idle
+from tests.support.gateways import Gateway
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
 from tests.support.wait import wait_for, wait_until
 
@@ -37,7 +38,7 @@ def far_short_of(streams: int) -> float:
 
 
 def seconds_until_idle(engine: Engine, since: float) -> float:
-    assert wait_until(lambda: engine_idle(engine), timeout=IDLE_WITHIN, interval=0.05), (
+    assert wait_until(lambda: engine_idle(engine.metric), timeout=IDLE_WITHIN, interval=0.05), (
         "the engine kept working after the client left"
     )
     return time.monotonic() - since
@@ -140,7 +141,7 @@ async def test_fifty_disconnects_leave_nothing_behind(
         for i in range(50):
             async with open_stream(http, {**LONG, "prompt": f"Round {i}"}) as response:
                 await read_content_chunks(response, 1)
-    assert wait_until(lambda: engine_idle(idle_engine), timeout=IDLE_WITHIN)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=IDLE_WITHIN)
     generated = generated_since(idle_engine, before_tokens)
     print(f"\nfifty disconnects: {generated:.0f} tokens generated")
     assert generated < far_short_of(50)
@@ -180,7 +181,7 @@ async def test_concurrent_disconnects_mid_stream(idle_engine: Engine, gateway: G
             await read_content_chunks(response, 3)
 
     await asyncio.gather(*(one(i) for i in range(6)))
-    assert wait_until(lambda: engine_idle(idle_engine), timeout=IDLE_WITHIN)
+    assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=IDLE_WITHIN)
     generated = generated_since(idle_engine, before_tokens)
     print(f"\nsix concurrent disconnects: {generated:.0f} tokens generated")
     assert generated < far_short_of(6)

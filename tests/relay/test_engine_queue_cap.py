@@ -25,8 +25,9 @@ import httpx
 import pytest
 
 from deploy.local import free_port
-from tests.conftest import MODEL, Engine, Gateway, launch_gateway, running_engine
+from tests.support.engines import MODEL, Engine, running_engine
 from tests.support.fake_engine import FakeEngine
+from tests.support.gateways import Gateway, running_gateway
 
 QUEUE_CAP = 1
 MAX_MODEL_LEN = 512
@@ -59,12 +60,9 @@ def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
 @pytest.fixture(scope="module")
 def capped_gateway(capped: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     settings = {"admission": "off", "retry_after_unavailable": RETRY_AFTER}
-    gateway = launch_gateway(tmp_path_factory.mktemp("capped-gateway"), capped.url, settings)
-    try:
-        gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    log_dir = tmp_path_factory.mktemp("capped-gateway")
+    with running_gateway(log_dir, capped.url, settings) as gateway:
         yield gateway
-    finally:
-        gateway.process.stop()
 
 
 def refusals(engine: Engine) -> float:

@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from deploy.local import free_port
-from tests.conftest import Gateway, StartGateway
 from tests.support.fake_engine import QUEUE_FULL, FakeEngine, awkward_stream
+from tests.support.gateways import Gateway, StartGateway
 from tests.support.wait import wait_until
 
 

@@ -1,0 +1,55 @@
+"""Real gateway processes (``python -m app``) for the tests, and what they
+write: the access log."""
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from deploy.local import ManagedProcess, free_port
+from tests.support.services import Service
+
+Gateway = Service
+StartGateway = Callable[..., Gateway]
+
+
+def launch_gateway(log_dir: Path, upstream_url: str, settings: dict[str, object]) -> Gateway:
+    """A gateway in front of ``upstream_url``, once it is live (not yet
+    ready: its engines may still be unknown); ``settings`` are its
+    ``GATEWAY_*`` settings by their lower-case names."""
+    port = free_port()
+    env = {
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_UPSTREAM_URL": upstream_url,
+        "GATEWAY_HEALTH_INTERVAL": "0.5",
+        **{f"GATEWAY_{key.upper()}": str(value) for key, value in settings.items()},
+    }
+    proc = ManagedProcess(f"gateway-{port}", [sys.executable, "-m", "app"], env, log_dir)
+    url = f"http://127.0.0.1:{port}"
+    proc.wait_http(f"{url}/health/live", timeout=60)
+    return Service(url, proc)
+
+
+@contextmanager
+def running_gateway(
+    log_dir: Path, upstream_url: str, settings: dict[str, object]
+) -> Iterator[Gateway]:
+    """``launch_gateway``, once ready; stopped on exit."""
+    gateway = launch_gateway(log_dir, upstream_url, settings)
+    try:
+        gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+        yield gateway
+    finally:
+        gateway.process.stop()
+
+
+def access_log(gateway: Gateway) -> list[dict[str, Any]]:
+    """The gateway's access log so far: one JSON object per finished request
+    (the only lines of its log that are JSON objects)."""
+    return [
+        json.loads(line)
+        for line in gateway.process.log_text().splitlines()
+        if line.startswith('{"ts"')
+    ]
