@@ -8,23 +8,21 @@ machine could stretch a sleep. Key limits run on the in-process store and on
 a real redis-server.
 """
 
-import argparse
 import asyncio
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from app.admission.policy import QueueFull
-from app.keys.__main__ import new_entry
 from app.keys.quota import duration
 from tests.admission.test_policy import add, admit, admit_all, policy, waiter
 from tests.support.asgi import Exchange, InProcessGateway, in_process_gateway
+from tests.support.keys import new_key, write_keys_file
 from tests.support.redis_server import RedisServer
 from tests.support.scripted_engine import MODEL, EngineCall
 
@@ -178,30 +176,25 @@ LIMITS = {"requests": {"requests_per_minute": 1}, "tokens": {"tokens_per_minute"
 
 
 @pytest.fixture(params=["in_process", "redis"])
-def redis_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str | None]:
+def redis_url(request: pytest.FixtureRequest) -> str | None:
     """Where the keys' limits are kept: in the gateway's process, or in a
-    real redis-server (its URL)."""
+    real redis-server (its URL; tests/conftest.py's, started only for it)."""
     if request.param == "in_process":
-        yield None
-        return
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
+        return None
+    server: RedisServer = request.getfixturevalue("redis")
+    return server.url
 
 
 def keys_file(path: Path, limit: str) -> tuple[Path, str]:
     """A keys file with one key held to ``limit``, and the key."""
-    names = ("requests_per_minute", "tokens_per_minute", "max_concurrent")
-    args = argparse.Namespace(id="acme-1", tenant="acme", priorities="normal")
-    for name in names:
-        setattr(args, name, LIMITS[limit].get(name))
-    key, entry = new_entry(args)
-    file = path / "keys.yaml"
-    file.write_text(yaml.safe_dump({"keys": [entry]}))
-    return file, key
+    limits = LIMITS[limit]
+    key, entry = new_key(
+        "acme-1",
+        "acme",
+        requests_per_minute=limits.get("requests_per_minute"),
+        tokens_per_minute=limits.get("tokens_per_minute"),
+    )
+    return write_keys_file(path / "keys.yaml", [entry]), key
 
 
 def seconds(text: str) -> float:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.support.asgi import Exchange, InProcessGateway, in_process_gateway
+from tests.support.redis_server import RedisServer
 from tests.support.scripted_engine import DONE, MODEL, EngineCall, ScriptedEngine, chunk
 
 SLOTS = 4
@@ -103,11 +104,11 @@ async def _settled(*gateways: InProcessGateway) -> None:
     ],
 )
 async def test_a_tenant_with_ten_times_the_load_gets_half_while_both_wait(
-    redis_url: str, layout: str
+    redis: RedisServer, layout: str
 ) -> None:
     engine = ScriptedEngine(kv_blocks=4096, block_size=16)
     settings: dict[str, Any] = {
-        "redis_url": redis_url,
+        "redis_url": redis.url,
         "max_concurrency": SLOTS,
         "queue_timeout": 600,
         # A busy machine must not make a Redis call late enough to count

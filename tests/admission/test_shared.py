@@ -3,6 +3,7 @@ front of one scripted engine: one budget for the engine, not one each."""
 
 from app.admission.controller import AdmissionController
 from tests.support.asgi import InProcessGateway, in_process_gateway
+from tests.support.redis_server import RedisServer
 from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk
 from tests.support.wait import wait_for
 
@@ -24,15 +25,15 @@ def count_heartbeats(gateway: InProcessGateway) -> list[int]:
     return beats
 
 
-async def test_a_burst_split_over_two_replicas_stays_within_one_budget(redis_url: str) -> None:
+async def test_a_burst_split_over_two_replicas_stays_within_one_budget(redis: RedisServer) -> None:
     # 24 blocks of 16 tokens; each request asks for 7 blocks: 3 fit.
     engine = ScriptedEngine(kv_blocks=24, block_size=16)
     async with (
         in_process_gateway(
-            engine, redis_url=redis_url, redis_timeout=10, queue_timeout=60
+            engine, redis_url=redis.url, redis_timeout=10, queue_timeout=60
         ) as first,
         in_process_gateway(
-            engine, redis_url=redis_url, redis_timeout=10, queue_timeout=60
+            engine, redis_url=redis.url, redis_timeout=10, queue_timeout=60
         ) as second,
     ):
         exchanges = [

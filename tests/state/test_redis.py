@@ -3,9 +3,8 @@ leases that expire, settleable token limits, slots, and what happens when
 Redis stops answering."""
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 
@@ -16,20 +15,12 @@ from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_for
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[RedisServer]:
-    redis = RedisServer(tmp_path)
-    redis.start()
-    yield redis
-    redis.stop()
-
-
 @asynccontextmanager
-async def two_replicas(server: RedisServer, lease: float) -> AsyncIterator[list[SharedRedis]]:
+async def two_replicas(redis: RedisServer, lease: float) -> AsyncIterator[list[SharedRedis]]:
     # A generous timeout: forty holds at once on a busy machine take more
     # than a second, and a timed-out call would count Redis as down, which
     # only one test here is about.
-    shared = [SharedRedis(server.url, lease=lease, timeout=10.0) for _ in range(2)]
+    shared = [SharedRedis(redis.url, lease=lease, timeout=10.0) for _ in range(2)]
     for one in shared:
         await one.heartbeat()
     try:
@@ -40,10 +31,10 @@ async def two_replicas(server: RedisServer, lease: float) -> AsyncIterator[list[
 
 
 @pytest.fixture
-async def replicas(server: RedisServer) -> AsyncIterator[list[SharedRedis]]:
+async def replicas(redis: RedisServer) -> AsyncIterator[list[SharedRedis]]:
     # A lease no test outlasts, however busy the machine: nothing here
     # renews it, and a replica whose lease ran out stops counting.
-    async with two_replicas(server, lease=120.0) as shared:
+    async with two_replicas(redis, lease=120.0) as shared:
         yield shared
 
 
@@ -67,9 +58,9 @@ async def test_two_replicas_deciding_at_once_never_overbook_an_engine(
 
 
 async def test_a_replica_that_stops_renewing_its_lease_stops_counting(
-    server: RedisServer,
+    redis: RedisServer,
 ) -> None:
-    async with two_replicas(server, lease=1.0) as replicas:
+    async with two_replicas(redis, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
         assert not (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
@@ -122,19 +113,19 @@ async def test_requests_per_window_and_slots_are_shared(replicas: list[SharedRed
 
 
 async def test_with_redis_down_each_replica_keeps_to_its_share(
-    server: RedisServer, replicas: list[SharedRedis]
+    redis: RedisServer, replicas: list[SharedRedis]
 ) -> None:
     first = replicas[0]
     FleetState(first)  # registers nothing; the replica count comes from the fleet
     first.replicas = 2
     limits = SharedLimits(first)
-    server.stop()
+    redis.stop()
     await first.heartbeat()
     assert not first.up
     # Half of 1000 for this replica, kept in process.
     assert (await limits.reserve_tokens("k", "a", 500, 1000, 60)).allowed
     assert not (await limits.reserve_tokens("k", "b", 1, 1000, 60)).allowed
-    server.start()
+    redis.start()
     await first.heartbeat()
     assert first.up
 
