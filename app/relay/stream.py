@@ -4,8 +4,8 @@ This is the hot path's logic: every upstream read crosses ``StreamRelay.feed``.
 Per read it does one regex scan for event ends, substring tests and one
 count for the usage chunk, the ``[DONE]`` marker, an engine error and the
 events sent, and one histogram observation. JSON is parsed only until the
-first token and for the final usage chunk. The I/O around it (reads, sends,
-the client, the drain) is ``app.relay.response``.
+first token and for the final usage chunk. The sends around it are
+``app.relay.sse``; the client and the drain are watched by ``app.flight``.
 """
 
 from app.errors import UpstreamFailed
