@@ -83,7 +83,8 @@ def build_services(
         admission = controller
     else:
         admission = Unlimited(router)
-    engines.on_state(admission.on_engine_state)
+    engines.on_engine(admission.add_engine)
+    engines.on_change(admission.on_engine_change)
     engines.on_stats(admission.on_engine_stats)
     engines.on_forget(admission.forget_engine)
     drain.on_begin(admission.start_draining)

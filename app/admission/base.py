@@ -6,6 +6,7 @@ from typing import Protocol
 
 from app.admission.demand import Demand
 from app.engine.stats import EngineStats
+from app.engine.view import EngineView
 from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
@@ -46,7 +47,12 @@ class Admission(Protocol):
     def start_draining(self) -> None:
         """Refuse queued and new requests from now on."""
 
-    def on_engine_state(self, engine: str, up: bool, models: frozenset[str]) -> None: ...
+    def add_engine(self, view: EngineView) -> None:
+        """An engine joined: ``view`` says, from now on, whether it is up and
+        what it serves."""
+
+    def on_engine_change(self, engine: str) -> None:
+        """The engine's view changed (up, down, its models): look again."""
 
     def on_engine_stats(self, engine: str, stats: EngineStats) -> None: ...
 
@@ -55,8 +61,7 @@ class Admission(Protocol):
 
 @dataclass
 class _Engine:
-    up: bool = False
-    models: frozenset[str] = frozenset()
+    view: EngineView
     in_flight: int = 0
 
 
@@ -87,7 +92,7 @@ class Unlimited:
         self, request: AdmissionRequest, record: RequestRecord, excluded: Iterable[str] = ()
     ) -> Hold:
         loads = [
-            EngineLoad(url, state.in_flight, 1.0, 0.0, True, state.up, state.models)
+            EngineLoad(url, state.in_flight, 1.0, 0.0, True, state.view.routable, state.view.models)
             for url, state in self.engines.items()
         ]
         route = RouteRequest(request.job.model, request.affinity, frozenset(excluded))
@@ -100,9 +105,11 @@ class Unlimited:
     def start_draining(self) -> None:
         return None
 
-    def on_engine_state(self, engine: str, up: bool, models: frozenset[str]) -> None:
-        state = self.engines.setdefault(engine, _Engine())
-        state.up, state.models = up, models
+    def add_engine(self, view: EngineView) -> None:
+        self.engines.setdefault(view.url, _Engine(view)).view = view
+
+    def on_engine_change(self, engine: str) -> None:
+        return None  # nothing waits here: the next request reads the view
 
     def on_engine_stats(self, engine: str, stats: EngineStats) -> None:
         return None

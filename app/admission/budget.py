@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from app.admission.fairqueue import Waiter
+from app.engine.view import EngineView, FixedView
 from app.routing.base import Choice, EngineLoad
 from app.settings import default
 
@@ -49,11 +50,12 @@ class Reservation:
 
 
 class EngineBudget:
-    def __init__(self, engine: str, config: BudgetConfig) -> None:
+    def __init__(self, engine: str, config: BudgetConfig, view: EngineView | None = None) -> None:
         self.id = engine
         self.config = config
-        self.up = False
-        self.models: frozenset[str] = frozenset()
+        # Whether it is up and what it serves: read from the pool's view of
+        # the engine, never copied (an engine not announced yet: nothing).
+        self.view: EngineView = view or FixedView(engine)
         self.num_blocks: int | None = None
         self.block_size: int | None = None
         self.factor = config.initial_factor
@@ -78,6 +80,14 @@ class EngineBudget:
         self._hold = 0
         self._capped_ticks = 0
         self._capped_running = 0.0
+
+    @property
+    def up(self) -> bool:
+        return self.view.routable
+
+    @property
+    def models(self) -> frozenset[str]:
+        return self.view.models
 
     # --- capacity -----------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """Admission control in the running gateway: the policy, fed with live facts.
 
 The controller puts a request through the policy's queue and wakes it when
-it is admitted to an engine. It feeds the policy each engine's state (up or
-ejected, the models it serves) and facts (capacity, preemptions, KV usage,
-its own queue, from the engine monitors' reads of ``/metrics``), and what
-completed requests actually used.
+it is admitted to an engine. It hands the policy each engine's view (up or
+not, the models it serves: the pool's, read, not copied), feeds it each
+engine's facts (capacity, preemptions, KV usage, its own queue, from the
+engine monitors' reads of ``/metrics``) and what completed requests actually
+used, and looks again when an engine's state changes.
 """
 
 import asyncio
@@ -19,6 +20,7 @@ from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reser
 from app.admission.shared import SharedBudgets
 from app.engine.monitor import engine_label
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
+from app.engine.view import EngineView
 from app.errors import Draining, OverCapacity
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
@@ -178,9 +180,11 @@ class AdmissionController:
 
     # --- engine facts ---------------------------------------------------------
 
-    def on_engine_state(self, engine: str, up: bool, models: frozenset[str]) -> None:
-        budget = self.policy.engine(engine)
-        budget.up, budget.models = up, models
+    def add_engine(self, view: EngineView) -> None:
+        self.policy.add_engine(view)
+        self._dispatch()
+
+    def on_engine_change(self, engine: str) -> None:
         self._dispatch()
 
     def on_engine_stats(self, engine: str, stats: EngineStats) -> None:

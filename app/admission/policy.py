@@ -92,6 +92,7 @@ from dataclasses import dataclass, field
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast
+from app.engine.view import EngineView
 from app.routing.base import Choice, RouteRequest
 from app.routing.router import Router
 from app.settings import default
@@ -148,6 +149,12 @@ class AdmissionPolicy:
         if engine not in self.engines:
             self.engines[engine] = EngineBudget(engine, self.config.budget)
         return self.engines[engine]
+
+    def add_engine(self, view: EngineView) -> EngineBudget:
+        """An engine joined the fleet: its budget reads ``view``."""
+        budget = self.engine(view.url)
+        budget.view = view
+        return budget
 
     def forget_engine(self, engine: str) -> None:
         """An engine that left the fleet (no longer discovered)."""

@@ -48,7 +48,8 @@ from app.settings import Settings
 log = logging.getLogger("gateway.engine")
 
 StatsListener = Callable[[str, EngineStats], None]
-StateListener = Callable[[str, bool, frozenset[str]], None]
+# Called with the engine's URL when it goes up or down or its models change.
+ChangeListener = Callable[[str], None]
 # A health answer, or an answer's last byte, is trusted for this many check
 # intervals (plus one check's timeout).
 _STALE_AFTER_CHECKS = 3
@@ -61,7 +62,7 @@ class EngineMonitor:
         client: EngineClient,
         settings: Settings,
         metrics: GatewayMetrics,
-        on_state: StateListener,
+        on_change: ChangeListener,
         on_stats: StatsListener,
     ) -> None:
         self.url = url
@@ -69,13 +70,15 @@ class EngineMonitor:
         self._client = client
         self._interval = settings.health_interval
         self._timeout = settings.health_timeout
-        self._on_state = on_state
+        self._on_change = on_change
         self._on_stats = on_stats
         self._up = False
         self._checked_at = -float("inf")
         self._checking = False
         self._missing: tuple[str, ...] = ()
+        # Model name → context length, and the names alone (what routing reads).
         self.models: dict[str, int | None] = {}
+        self.model_names: frozenset[str] = frozenset()
         self._models_at = 0.0
         self._up_gauge = metrics.upstream_up.labels(self.label)
         self._missing_gauge = metrics.engine_stats_missing.labels(self.label)
@@ -155,7 +158,7 @@ class EngineMonitor:
         self._checked_at = time.monotonic()
         self._up_gauge.set(1 if up else 0)
         if changed:
-            self._on_state(self.url, up, frozenset(self.models))
+            self._on_change(self.url)
 
     async def refresh_models(self) -> bool:
         try:
@@ -171,10 +174,10 @@ class EngineMonitor:
                 length = entry.get("max_model_len")
                 models[entry["id"]] = length if isinstance(length, int) else None
         changed = models.keys() != self.models.keys()
-        self.models = models
+        self.models, self.model_names = models, frozenset(models)
         self._models_at = time.monotonic()
         if changed and self._up:
-            self._on_state(self.url, True, frozenset(models))
+            self._on_change(self.url)
         return bool(models)
 
     @property

@@ -9,7 +9,10 @@ Requests go to the engines that are up: not ejected and heard from lately.
 When none is, the gateway does not refuse everything on a doubt: it routes
 to every engine that is not ejected (a panic threshold of zero), so a
 gateway that merely lost track of a busy engine keeps serving, and only
-engines known dead leave it with nowhere to go. ``/health/ready`` is 200,
+engines known dead leave it with nowhere to go. That rule is here once
+(``routable``); admission, the retry rule and readiness read it through
+the pool's view of each engine (``app.engine.view``), announced to
+listeners when the engine is found. ``/health/ready`` is 200,
 and ``gateway_upstream_up`` 1, for an engine not ejected. With a DNS
 name, the list is resolved again every few seconds: engines that appear are
 monitored, engines that disappear are forgotten (what they still run
@@ -19,12 +22,14 @@ serve.
 
 import asyncio
 import logging
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
 from app.engine.client import EngineClient
 from app.engine.discovery import engine_urls, is_dns, resolve
-from app.engine.monitor import EngineMonitor, StateListener, StatsListener
+from app.engine.monitor import ChangeListener, EngineMonitor, StatsListener
+from app.engine.view import EngineView
 from app.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
 from app.settings import Settings
@@ -40,19 +45,26 @@ class EnginePool:
         self._configured = engine_urls(settings.upstream_urls, settings.upstream_url)
         self.monitors: dict[str, EngineMonitor] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._state_listeners: list[StateListener] = []
+        self.views: dict[str, EngineView] = {}
+        self._engine_listeners: list[Callable[[EngineView], None]] = []
+        self._change_listeners: list[ChangeListener] = []
         self._stats_listeners: list[StatsListener] = []
-        self._forget_listeners: list[Any] = []
+        self._forget_listeners: list[Callable[[str], None]] = []
 
     # --- listeners (admission) ----------------------------------------------
 
-    def on_state(self, listener: StateListener) -> None:
-        self._state_listeners.append(listener)
+    def on_engine(self, listener: Callable[[EngineView], None]) -> None:
+        """Called with each engine's view when the engine is found."""
+        self._engine_listeners.append(listener)
+
+    def on_change(self, listener: ChangeListener) -> None:
+        """Called when an engine goes up or down or its models change."""
+        self._change_listeners.append(listener)
 
     def on_stats(self, listener: StatsListener) -> None:
         self._stats_listeners.append(listener)
 
-    def on_forget(self, listener: Any) -> None:
+    def on_forget(self, listener: Callable[[str], None]) -> None:
         self._forget_listeners.append(listener)
 
     # --- running ---------------------------------------------------------------
@@ -88,12 +100,17 @@ class EnginePool:
         for url in urls:
             if url not in self.monitors:
                 log.info("engine %s added", url)
-                self.monitors[url] = EngineMonitor(
-                    url, self._client, self._settings, self._metrics, self._state, self._stats
+                monitor = EngineMonitor(
+                    url, self._client, self._settings, self._metrics, self._changed, self._stats
                 )
+                self.monitors[url] = monitor
+                self.views[url] = view = _PooledView(self, monitor)
+                for announce in self._engine_listeners:
+                    announce(view)
         for url in [u for u in self.monitors if u not in urls]:
             log.warning("engine %s no longer discovered: forgotten", url)
             del self.monitors[url]
+            del self.views[url]
             task = self._tasks.pop(url, None)
             if task is not None:
                 task.cancel()
@@ -103,9 +120,9 @@ class EnginePool:
     def _start_monitor(self, url: str) -> None:
         self._tasks[url] = asyncio.create_task(self.monitors[url].run(), name=f"engine {url}")
 
-    def _state(self, url: str, up: bool, models: frozenset[str]) -> None:
-        for listener in self._state_listeners:
-            listener(url, up, models)
+    def _changed(self, url: str) -> None:
+        for listener in self._change_listeners:
+            listener(url)
 
     def _stats(self, url: str, stats: Any) -> None:
         for listener in self._stats_listeners:
@@ -121,16 +138,21 @@ class EnginePool:
         """There is an engine to route to."""
         return bool(self.up_engines())
 
+    def routable(self, monitor: EngineMonitor) -> bool:
+        """Whether requests may go to the engine now: it is up or, when no
+        engine is, not ejected."""
+        if monitor.up:
+            return True
+        return not monitor.ejected and not any(m.up for m in self.monitors.values())
+
     def up_engines(self) -> list[EngineMonitor]:
-        """The engines that are up; if none is, those not ejected."""
-        monitors = self.monitors.values()
-        return [m for m in monitors if m.up] or [m for m in monitors if not m.ejected]
+        """The engines requests may go to now (``routable``)."""
+        return [m for m in self.monitors.values() if self.routable(m)]
 
     def candidates(self) -> list[EngineLoad]:
-        """The engines requests may go to now (``up_engines``), as routing sees them."""
+        """Every engine as routing sees it (its filters drop those not routable)."""
         return [
-            EngineLoad(m.url, 0, 1.0, 0.0, True, True, frozenset(m.models))
-            for m in self.up_engines()
+            EngineLoad(v.url, 0, 1.0, 0.0, True, v.routable, v.models) for v in self.views.values()
         ]
 
     def mark_down(self, url: str) -> None:
@@ -171,3 +193,26 @@ class EnginePool:
                         length, entries[name].get("max_model_len", 0)
                     )
         return {"object": "list", "data": list(entries.values())}
+
+
+class _PooledView:
+    """The pool's view of one engine (an ``EngineView``): what its monitor
+    knows, and the pool's rule for whether requests may go to it."""
+
+    __slots__ = ("_monitor", "_pool")
+
+    def __init__(self, pool: EnginePool, monitor: EngineMonitor) -> None:
+        self._pool = pool
+        self._monitor = monitor
+
+    @property
+    def url(self) -> str:
+        return self._monitor.url
+
+    @property
+    def routable(self) -> bool:
+        return self._pool.routable(self._monitor)
+
+    @property
+    def models(self) -> frozenset[str]:
+        return self._monitor.model_names

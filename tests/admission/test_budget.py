@@ -4,13 +4,14 @@ import pytest
 
 from app.admission.budget import BudgetConfig, EngineBudget
 from app.admission.fairqueue import Waiter
+from app.engine.view import FixedView
 
 
 def budget(blocks: int | None = 10, block_size: int = 100, **config: float) -> EngineBudget:
-    b = EngineBudget("e", BudgetConfig(**config))  # type: ignore[arg-type]
+    view = FixedView("e", routable=True)
+    b = EngineBudget("e", BudgetConfig(**config), view)  # type: ignore[arg-type]
     if blocks is not None:
         b.set_capacity(blocks, block_size)
-    b.up = True
     return b
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from app.admission.budget import BudgetConfig
 from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
+from app.engine.view import FixedView
 from app.routing.prefix import PrefixAffinity
 from app.routing.router import Router
 
@@ -22,10 +23,16 @@ def policy(
     rest = {k: v for k, v in config.items() if k not in budget_fields}
     p = AdmissionPolicy(PolicyConfig(budget=budget, **rest))  # type: ignore[arg-type]
     for i in range(engines):
-        e = p.engine(f"e{i}")
+        e = p.add_engine(FixedView(f"e{i}", routable=True, models=frozenset({"m"})))
         e.set_capacity(blocks, block_size)
-        e.up, e.models = True, frozenset({"m"})
     return p
+
+
+def view(p: AdmissionPolicy, engine: str) -> FixedView:
+    """The engine's view, to change by hand (the pool's, in the gateway)."""
+    found = p.engines[engine].view
+    assert isinstance(found, FixedView)
+    return found
 
 
 def waiter(
@@ -112,8 +119,8 @@ def test_a_burst_spreads_over_the_engines() -> None:
 
 def test_a_request_goes_only_to_engines_that_are_up_and_serve_its_model() -> None:
     p = policy(blocks=10, engines=3)
-    p.engines["e0"].up = False
-    p.engines["e1"].models = frozenset({"other"})
+    view(p, "e0").routable = False
+    view(p, "e1").models = frozenset({"other"})
     for _ in range(5):
         add(p, waiter())
     assert {r.engine for _, r in admit_all(p)} == {"e2"}
@@ -121,7 +128,7 @@ def test_a_request_goes_only_to_engines_that_are_up_and_serve_its_model() -> Non
 
 def test_a_full_model_does_not_hold_up_another_model() -> None:
     p = policy(blocks=10, engines=2)
-    p.engines["e1"].models = frozenset({"small"})
+    view(p, "e1").models = frozenset({"small"})
     add(p, waiter(tokens=500))
     add(p, waiter(tokens=500))
     assert len(admit(p)) == 2  # e0 is full: 5 + 5 blocks of 10
@@ -344,7 +351,7 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
             preemptions += int(step[1])  # type: ignore[call-overload]
             p.observe_engine(f"e{step[3]}", preemptions, float(step[2]))  # type: ignore[arg-type]
         elif kind == "eject":
-            p.engines[f"e{step[1]}"].up = bool(step[2])
+            view(p, f"e{step[1]}").routable = bool(step[2])
 
         for engine in p.engines.values():
             mine = [r for r in live if r.engine == engine.id]

@@ -1,0 +1,75 @@
+"""The pool's one rule for where requests may go, read by admission on and
+off alike: an engine up, or — when none is — any engine not ejected."""
+
+import asyncio
+
+import pytest
+
+from tests.support.asgi import Exchange, in_process_gateway
+from tests.support.scripted_engine import MODEL, EngineCall, ScriptedEngine
+from tests.support.wait import wait_for
+
+BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
+ANSWER = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+
+
+async def _hangs() -> None:
+    await asyncio.sleep(3600)
+
+
+async def _calls(count: int, fleet: dict[str, ScriptedEngine]) -> dict[str, list[EngineCall]]:
+    """The next ``count`` calls the fleet's engines receive, by engine."""
+    got: dict[str, list[EngineCall]] = {name: [] for name in fleet}
+    while sum(map(len, got.values())) < count:
+        for name, engine in fleet.items():
+            while not engine.calls.empty():
+                got[name].append(engine.calls.get_nowait())
+        await asyncio.sleep(0)
+    return got
+
+
+@pytest.mark.parametrize("admission", ["on", "off"])
+async def test_an_engine_not_heard_from_gets_nothing_while_another_is_up(
+    admission: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = ScriptedEngine(), ScriptedEngine()
+    fleet = {"a:8000": a, "b:8000": b}
+    async with in_process_gateway(
+        fleet=fleet, admission=admission, health_interval=0.05, health_timeout=0.2
+    ) as gateway:
+        pool = gateway.services.engines
+        silent = pool.monitors["http://b:8000"]
+        # Its checks stop finishing; a's go on passing.
+        monkeypatch.setattr(silent, "check", _hangs)
+        assert await wait_for(lambda: not silent.up, timeout=30)
+        assert not silent.ejected
+        # Held open together, so a least-loaded choice would split them.
+        exchanges: list[Exchange] = [gateway.request("/v1/completions", BODY) for _ in range(4)]
+        calls = await asyncio.wait_for(_calls(4, fleet), timeout=30)
+        assert (len(calls["a:8000"]), len(calls["b:8000"])) == (4, 0)
+        for call in calls["a:8000"]:
+            call.answer(200, ANSWER)
+        assert [(await e.done()).status for e in exchanges] == [200] * 4
+        assert b.calls.empty()
+        assert gateway.metric("gateway_engine_ejections_total", engine="b:8000") == 0
+
+
+@pytest.mark.parametrize("admission", ["on", "off"])
+async def test_with_no_engine_heard_from_every_engine_not_ejected_is_routed_to(
+    admission: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = ScriptedEngine(), ScriptedEngine()
+    fleet = {"a:8000": a, "b:8000": b}
+    async with in_process_gateway(
+        fleet=fleet, admission=admission, health_interval=0.05, health_timeout=0.2
+    ) as gateway:
+        monitors = list(gateway.services.engines.monitors.values())
+        for monitor in monitors:
+            monkeypatch.setattr(monitor, "check", _hangs)
+        assert await wait_for(lambda: not any(m.up for m in monitors), timeout=30)
+        exchanges = [gateway.request("/v1/completions", BODY) for _ in range(4)]
+        calls = await asyncio.wait_for(_calls(4, fleet), timeout=30)
+        assert (len(calls["a:8000"]), len(calls["b:8000"])) == (2, 2)
+        for call in calls["a:8000"] + calls["b:8000"]:
+            call.answer(200, ANSWER)
+        assert [(await e.done()).status for e in exchanges] == [200] * 4
