@@ -191,6 +191,7 @@ class Flight:
                 self._send,
                 ping_seconds=settings.sse_ping_seconds,
                 send_timeout=settings.sse_send_timeout,
+                first_event_added=services.metrics.first_event_added,
             )
             await self._sender.start(self._headers | self.answer_headers)
             group.start_soon(self._sender.keep_time, self._end_because)

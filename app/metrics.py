@@ -185,6 +185,19 @@ class GatewayMetrics:
             "Reloads of the keys file that failed (the previous keys stay in use).",
             registry=r,
         )
+        self.event_loop_lag = Gauge(
+            "gateway_event_loop_lag_seconds",
+            "The longest delay of the event loop's half-second timer over the last 30 s: time"
+            " every request waited while the loop was busy or the process had no core.",
+            registry=r,
+        )
+        self.first_event_added = Histogram(
+            "gateway_first_event_added_seconds",
+            "What the gateway adds to a stream's first event: from reading it from the engine"
+            " to handing it to the client's connection.",
+            buckets=_GAP_BUCKETS,
+            registry=r,
+        )
         self.receiving = Gauge(
             "gateway_requests_receiving",
             "Requests whose body is being read or checked, before admission.",

@@ -18,6 +18,7 @@ from app.engine.client import EngineClient
 from app.engine.pool import EnginePool
 from app.keys.quota import KeyQuota
 from app.keys.watch import KeysWatcher
+from app.loop_lag import LoopLag
 from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
@@ -98,6 +99,7 @@ def build_services(
         quota = KeyQuota(store, settings.rate_limit_window)
     if shared is not None:
         background.append(shared.run)
+    background.append(LoopLag(metrics.event_loop_lag).run)
     return Services(
         settings=settings,
         metrics=metrics,

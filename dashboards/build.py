@@ -199,6 +199,24 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 span=6,
             )
         )
+        .with_panel(
+            graph(
+                "What the gateway adds",
+                [
+                    (
+                        f"histogram_quantile(0.99, sum by (job, le) (rate(gateway_first_event_added_seconds_bucket[{RATE}])))",
+                        "first event, engine read to client send, p99 {{job}}",
+                    ),
+                    (
+                        "max by (job) (gateway_event_loop_lag_seconds)",
+                        "event loop lag (max 30 s) {{job}}",
+                    ),
+                ],
+                "s",
+                "The relay's own time before a stream's first event reaches the client's connection, and how late the gateway's event loop runs: lag high while the first event's time stays low means requests wait for the process (a shared or busy core, too much for one process) before the gateway reads their bytes.",
+                span=12,
+            )
+        )
         .with_row(dashboard.Row("Capacity"))
         .with_panel(
             graph(

@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import anyio
+from prometheus_client import Histogram
 from starlette.types import Send
 
 from app.errors import SlowReader
@@ -27,8 +28,16 @@ _PING = b": ping\n\n"
 
 
 class StreamSender:
-    def __init__(self, send: Send, *, ping_seconds: float, send_timeout: float) -> None:
+    def __init__(
+        self,
+        send: Send,
+        *,
+        ping_seconds: float,
+        send_timeout: float,
+        first_event_added: Histogram | None = None,
+    ) -> None:
         self._send = send
+        self._first_event_added = first_event_added
         self._ping = ping_seconds
         self._send_timeout = send_timeout
         # When the send under way began (None: none is), and when the last ended.
@@ -54,7 +63,10 @@ class StreamSender:
                 await send({"type": "http.response.body", "body": data, "more_body": True})
                 self._sending_since = None
                 self._last_send = now
-                self.sent_events = True
+                if not self.sent_events:
+                    self.sent_events = True
+                    if self._first_event_added is not None:
+                        self._first_event_added.observe(time.perf_counter() - now)
 
     async def end(self, body: bytes = b"", *, within: float | None = None) -> None:
         """The stream's last message; ``within``: given up after that many
