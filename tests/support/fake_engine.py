@@ -9,7 +9,7 @@ other request.
 ``busy`` answers as vLLM 0.32 does when its own queue cap is full
 (``--max-num-queued-reqs``: in-flight requests, waiting or running, counted
 in the API server; a request with ``n`` > 1 counts ``n``). Captured from the
-real engine (tests/relay/test_engine_queue_cap.py checks it still matches):
+real engine (tests/e2e/test_engine_queue_cap.py checks it still matches):
 for a streaming and a non-streaming request alike, on ``/v1/completions``
 and ``/v1/chat/completions``::
 

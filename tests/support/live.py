@@ -31,8 +31,10 @@ LIVE_FIXTURES = frozenset(
         "second",
     }
 )
-# Folders and modules whose tests run system tools rather than fixtures.
+# Folders and modules whose tests run system tools rather than fixtures, and
+# the end-to-end tests, every one of which runs real processes.
 LIVE_PATHS = (
+    "tests/e2e/",
     "tests/containers/",
     "tests/deploy/",
     "tests/observability/test_rules.py",
