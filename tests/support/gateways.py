@@ -15,10 +15,17 @@ Gateway = Service
 StartGateway = Callable[..., Gateway]
 
 
-def launch_gateway(log_dir: Path, upstream_url: str, settings: dict[str, object]) -> Gateway:
+def launch_gateway(
+    log_dir: Path,
+    upstream_url: str,
+    settings: dict[str, object],
+    wrap: Callable[[list[str]], list[str]] | None = None,
+) -> Gateway:
     """A gateway in front of ``upstream_url``, once it is live (not yet
     ready: its engines may still be unknown); ``settings`` are its
-    ``GATEWAY_*`` settings by their lower-case names."""
+    ``GATEWAY_*`` settings by their lower-case names. ``wrap`` gives the
+    command line that runs it (the DNS test's mount namespace). A gateway
+    that never goes live is stopped."""
     port = free_port()
     env = {
         "GATEWAY_PORT": str(port),
@@ -26,9 +33,14 @@ def launch_gateway(log_dir: Path, upstream_url: str, settings: dict[str, object]
         "GATEWAY_HEALTH_INTERVAL": "0.5",
         **{f"GATEWAY_{key.upper()}": str(value) for key, value in settings.items()},
     }
-    proc = ManagedProcess(f"gateway-{port}", [sys.executable, "-m", "app"], env, log_dir)
+    argv = [sys.executable, "-m", "app"]
+    proc = ManagedProcess(f"gateway-{port}", wrap(argv) if wrap else argv, env, log_dir)
     url = f"http://127.0.0.1:{port}"
-    proc.wait_http(f"{url}/health/live", timeout=60)
+    try:
+        proc.wait_http(f"{url}/health/live", timeout=60)
+    except BaseException:
+        proc.stop()
+        raise
     return Service(url, proc)
 
 

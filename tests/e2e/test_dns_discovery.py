@@ -19,8 +19,8 @@ and it is gone with the gateway.
 import asyncio
 import json
 import socket
-import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,48 +29,16 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from app.engine.discovery import engine_urls, is_dns, resolve
-from deploy.local import ManagedProcess, free_port, scrape
+from deploy.local import scrape
 from tests.support.dns import DnsServer, resolving_through
 from tests.support.engines import MODEL, Engine
-from tests.support.gateways import Gateway
+from tests.support.gateways import Gateway, launch_gateway
 from tests.support.raw_http import request_bytes
-from tests.support.services import Service
 from tests.support.wait import wait_until
 
 NAME = "engines.test"
 # Re-resolved this often (seconds), so that a changed answer shows at once.
 DNS_INTERVAL = 0.2
-
-
-# --- the configured list ---------------------------------------------------------
-
-
-def test_a_list_is_split_trimmed_and_falls_back_to_the_single_url() -> None:
-    assert engine_urls(" http://a:1/, http://b:2 ,,", "http://x:9") == ["http://a:1", "http://b:2"]
-    assert engine_urls(None, "http://x:9/") == ["http://x:9"]
-    assert engine_urls(" , ", "http://x:9") == ["http://x:9"]
-
-
-def test_only_a_single_dns_entry_is_discovered() -> None:
-    assert is_dns(["dns+http://engines:8000"])
-    assert not is_dns(["http://engines:8000"])
-    assert not is_dns(["dns+http://a:8000", "dns+http://b:8000"])
-
-
-async def test_an_address_resolves_to_an_engine_url_with_the_port_and_scheme() -> None:
-    assert await resolve("dns+http://127.0.0.2:8000") == ["http://127.0.0.2:8000"]
-    assert await resolve("dns+https://127.0.0.2") == ["https://127.0.0.2:443"]
-    assert await resolve("dns+http://127.0.0.2") == ["http://127.0.0.2:80"]
-    assert await resolve("dns+http://[::1]:8000") == ["http://[::1]:8000"]
-
-
-async def test_a_url_without_a_host_name_is_refused() -> None:
-    with pytest.raises(ValueError, match="no host name"):
-        await resolve("dns+http://:8000")
-
-
-# --- against a real DNS server ------------------------------------------------------
 
 
 @pytest.fixture
@@ -84,24 +52,13 @@ def dns(tmp_path: Path) -> Iterator[DnsServer]:
 
 def start_discovering_gateway(log_dir: Path, dns: DnsServer, upstream_urls: str) -> Gateway:
     """A gateway whose name lookups go to ``dns`` alone."""
-    port = free_port()
-    env = {
-        "GATEWAY_PORT": str(port),
-        "GATEWAY_UPSTREAM_URLS": upstream_urls,
-        "GATEWAY_UPSTREAM_DNS_INTERVAL": str(DNS_INTERVAL),
-        "GATEWAY_HEALTH_INTERVAL": "0.5",
+    settings: dict[str, object] = {
+        "upstream_urls": upstream_urls,
+        "upstream_dns_interval": DNS_INTERVAL,
         # The held streams below wait on purpose; far longer than any wait here.
-        "GATEWAY_SSE_SEND_TIMEOUT": "300",
+        "sse_send_timeout": 300,
     }
-    argv = resolving_through(dns, [sys.executable, "-m", "app"])
-    proc = ManagedProcess(f"gateway-{port}", argv, env, log_dir)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        proc.wait_http(f"{url}/health/live", timeout=60)
-    except BaseException:
-        proc.stop()
-        raise
-    return Service(url, proc)
+    return launch_gateway(log_dir, upstream_urls, settings, partial(resolving_through, dns))
 
 
 def engines_up(gateway: Gateway) -> int:
