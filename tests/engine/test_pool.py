@@ -1,14 +1,16 @@
 """The pool's one rule for where requests may go, read by admission on and
-off alike: an engine up, or — when none is — any engine not ejected."""
+off alike: an engine up, or — when none is — any engine not ejected; and
+its models, the union of its engines', each served by its own."""
 
 import asyncio
 
 import pytest
 
 from tests.support.asgi import Exchange, in_process_gateway
-from tests.support.scripted_engine import MODEL, EngineCall, ScriptedEngine
+from tests.support.scripted_engine import MODEL, EngineCall, ScriptedEngine, fleet, next_call
 from tests.support.wait import wait_for
 
+COMPLETIONS = "/v1/completions"
 BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
 ANSWER = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
 
@@ -73,3 +75,16 @@ async def test_with_no_engine_heard_from_every_engine_not_ejected_is_routed_to(
         for call in calls["a:8000"] + calls["b:8000"]:
             call.answer(200, ANSWER)
         assert [(await e.done()).status for e in exchanges] == [200] * 4
+
+
+async def test_models_are_the_union_and_each_goes_to_its_engines() -> None:
+    a = ScriptedEngine(models=(MODEL,))
+    b = ScriptedEngine(models=("other",))
+    async with in_process_gateway(fleet=fleet(a=a, b=b)) as gateway:
+        listed = await gateway.request("/v1/models", b"", method="GET").done()
+        assert sorted(m["id"] for m in listed.json()["data"]) == sorted([MODEL, "other"])
+        exchange = gateway.request(COMPLETIONS, {**BODY, "model": "other"})
+        engine, call = await next_call(a, b)
+        assert engine is b
+        call.answer(200, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+        await exchange.done()

@@ -142,6 +142,20 @@ class ScriptedEngine:
         )
 
 
+def fleet(**engines: ScriptedEngine) -> dict[str, ScriptedEngine]:
+    """Scripted engines by the ``host:port`` the gateway knows them at."""
+    return {f"{name}:8000": engine for name, engine in engines.items()}
+
+
+async def next_call(*engines: ScriptedEngine) -> tuple[ScriptedEngine, EngineCall]:
+    """The next call any of ``engines`` receives."""
+    while True:
+        for engine in engines:
+            if not engine.calls.empty():
+                return engine, engine.calls.get_nowait()
+        await asyncio.sleep(0)
+
+
 def fleet_transport(engines: dict[str, ScriptedEngine]) -> httpx.MockTransport:
     """One transport for several scripted engines, by host:port
     (``upstream_urls`` names them ``http://<host:port>``)."""

@@ -1,31 +1,97 @@
-"""Several engines, in-process: a request goes where it fits and to an
-engine that serves its model; an engine that fails it before any byte
-reached the client hands it to another, once; one that refuses connections
-is ejected and readmitted."""
+"""The request's owner (``app.flight``): how a relayed stream ends — the
+engine breaking or stalling, the client leaving, the drain's deadline — and
+the one retry rule: an engine that fails a request before any byte reached
+the client hands it to another, once; one that refuses connections is
+ejected first. In-process, with admission on: each request ends in one
+outcome, closes the engine's response and leaves nothing queued, in flight
+or reserved."""
 
-import asyncio
 import json
 
 import httpx
+import pytest
 
+from app.drain import Drain
 from tests.support.asgi import Exchange, in_process_gateway
-from tests.support.scripted_engine import DONE, MODEL, EngineCall, ScriptedEngine, chunk
+from tests.support.asgi_streams import STREAM, final_error, open_stream
+from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, fleet, next_call
 
 COMPLETIONS = "/v1/completions"
 BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
 
 
-def fleet(**engines: ScriptedEngine) -> dict[str, ScriptedEngine]:
-    return {f"{name}:8000": engine for name, engine in engines.items()}
+# --- how a stream ends ----------------------------------------------------------
 
 
-async def next_call(*engines: ScriptedEngine) -> tuple[ScriptedEngine, EngineCall]:
-    """The next call any of ``engines`` receives."""
-    while True:
-        for engine in engines:
-            if not engine.calls.empty():
-                return engine, engine.calls.get_nowait()
-        await asyncio.sleep(0)
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (httpx.ReadError("connection reset by peer"), "engine_error"),
+        (httpx.ReadTimeout("idle"), "engine_timeout"),
+    ],
+    ids=["engine-dies", "idle-timeout"],
+)
+async def test_an_engine_failure_mid_stream_ends_with_one_error_event(
+    error: Exception, code: str
+) -> None:
+    async with in_process_gateway() as gateway:
+        exchange, call = await open_stream(gateway)
+        call.send(chunk("a"))
+        call.fail(error)
+        await exchange.done()
+        assert final_error(exchange)["code"] == code
+        assert gateway.metric("gateway_requests_total", outcome="failed") == 1
+        assert call.closed.is_set()
+        assert gateway.settled()
+
+
+async def test_the_client_leaving_mid_stream_is_a_cancellation() -> None:
+    async with in_process_gateway() as gateway:
+        exchange, call = await open_stream(gateway)
+        call.send(chunk("a"))
+        await exchange.wait_for(lambda e: b'"a"' in e.body)
+        exchange.disconnect()
+        await exchange.done()
+        assert gateway.metric("gateway_cancellations_total", phase="streaming") == 1
+        assert call.closed.is_set()
+        assert gateway.settled()
+
+
+async def test_the_drain_deadline_ends_a_stream_whose_engine_is_silent() -> None:
+    drain = Drain()
+    async with in_process_gateway(drain=drain) as gateway:
+        exchange, call = await open_stream(gateway)
+        call.send(chunk("a"))
+        await exchange.wait_for(lambda e: b'"a"' in e.body)
+        drain.begin()
+        drain.stop_streams()
+        # No further byte from the engine: the error event goes out anyway.
+        await exchange.done()
+        assert final_error(exchange)["code"] == "draining"
+        assert not exchange.messages[-1].get("more_body")
+        assert gateway.metric("gateway_requests_total", outcome="failed") == 1
+        assert call.closed.is_set()
+        assert gateway.settled()
+
+
+async def test_a_stream_still_waiting_for_its_engine_at_the_deadline_is_answered_at_once() -> None:
+    drain = Drain()
+    async with in_process_gateway(drain=drain) as gateway:
+        exchange = gateway.request("/v1/completions", STREAM)
+        call = await gateway.engine.calls.get()
+        # The engine has not answered the request's headers yet: the drain's
+        # deadline does not wait for them.
+        drain.stop_streams()
+        await exchange.done()
+        assert exchange.status == 503
+        assert json.loads(exchange.body)["error"]["code"] == "draining"
+        # The engine's call was given up (its answer will never be read).
+        assert call._answer.cancelled()
+        assert gateway.metric("gateway_requests_total", outcome="failed") == 1
+        assert gateway.settled()
+
+
+# --- the retry rule -------------------------------------------------------------
 
 
 async def test_a_stream_the_first_engine_breaks_before_its_first_event_goes_to_the_other() -> None:
@@ -101,24 +167,3 @@ async def test_a_non_streaming_5xx_is_retried_once_elsewhere_and_not_twice() -> 
         assert b.calls.empty()
         assert gateway.metric("gateway_requests_total", outcome="failed") == 1
         assert gateway.settled()
-
-
-async def test_models_are_the_union_and_each_goes_to_its_engines() -> None:
-    a = ScriptedEngine(models=(MODEL,))
-    b = ScriptedEngine(models=("other",))
-    async with in_process_gateway(fleet=fleet(a=a, b=b)) as gateway:
-        listed = await gateway.request("/v1/models", b"", method="GET").done()
-        assert sorted(m["id"] for m in listed.json()["data"]) == sorted([MODEL, "other"])
-        exchange = gateway.request(COMPLETIONS, {**BODY, "model": "other"})
-        engine, call = await next_call(a, b)
-        assert engine is b
-        call.answer(200, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
-        await exchange.done()
-
-
-async def test_ready_while_one_engine_is_up() -> None:
-    a, b = ScriptedEngine(), ScriptedEngine(reachable=False)
-    async with in_process_gateway(fleet=fleet(a=a, b=b)) as gateway:
-        ready = await gateway.request("/health/ready", b"", method="GET").done()
-        assert ready.status == 200
-        assert ready.json()["engines_up"] == 1

@@ -1,0 +1,50 @@
+"""Sending a relayed stream to its client (``app.relay.sse``), in-process:
+the send timeout that drops a client that stopped reading, and the pings
+that keep a silent stream alive (or none, when turned off)."""
+
+import anyio
+import pytest
+
+from tests.support.asgi import in_process_gateway
+from tests.support.asgi_streams import open_stream
+from tests.support.scripted_engine import DONE, chunk
+
+
+async def test_a_client_that_stops_reading_is_dropped_at_the_send_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with in_process_gateway(sse_send_timeout=0.2, sse_ping_seconds=0) as gateway:
+        exchange, call = await open_stream(gateway)
+        exchange.stop_reading_after(1)
+        call.send(chunk("a"))
+        call.send(chunk("b"))
+        await exchange.done()
+        assert gateway.metric("gateway_rejections_total", reason="slow_reader") == 1
+        assert call.closed.is_set()
+        assert gateway.settled()
+    dropped = [r for r in caplog.records if "stopped reading" in r.getMessage()]
+    assert len(dropped) == 1
+    assert dropped[0].exc_info is None
+
+
+async def test_pings_keep_a_silent_stream_alive() -> None:
+    async with in_process_gateway(sse_ping_seconds=0.05) as gateway:
+        exchange, call = await open_stream(gateway)
+        await exchange.wait_for(lambda e: b": ping" in e.body)
+        call.send(chunk("a") + DONE)
+        call.end()
+        await exchange.done()
+        assert gateway.metric("gateway_requests_total", outcome="completed") == 1
+
+
+async def test_no_pings_when_they_are_turned_off() -> None:
+    async with in_process_gateway(sse_ping_seconds=0, sse_send_timeout=0.2) as gateway:
+        exchange, call = await open_stream(gateway)
+        # Longer than the send timeout: the time keeper woke up several times
+        # while the engine was silent, and sent nothing.
+        await anyio.sleep(0.5)
+        call.send(chunk("a") + DONE)
+        call.end()
+        await exchange.done()
+        assert b"ping" not in exchange.body
+        assert gateway.metric("gateway_requests_total", outcome="completed") == 1
