@@ -6,6 +6,9 @@ Label values that dashboards break out are created at start so their series
 exist from the first scrape.
 """
 
+from contextlib import suppress
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from app.errors import REJECTION_REASONS
@@ -19,12 +22,18 @@ _GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
+_M = TypeVar("_M", Gauge, Counter)
+
+
 class GatewayMetrics:
     def __init__(self) -> None:
         # The ``*_created`` series only double the scrape size here.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # Every series labelled by engine, so that one that leaves takes all of its own along.
+        self._engine_metrics: list[Gauge | Counter] = []
+        self._shares_state = False
         self.requests = Counter(
             "gateway_requests", "Requests by final outcome.", ["route", "outcome"], registry=r
         )
@@ -75,97 +84,125 @@ class GatewayMetrics:
             "gateway_tokens", "Tokens of completed or cancelled requests.", ["kind"], registry=r
         )
         # Per engine (label ``engine``: its URL without the scheme).
-        self.kv_capacity = Gauge(
-            "gateway_kv_tokens_capacity",
-            "Engine KV cache size in tokens, as the gateway sees it.",
-            ["engine"],
-            registry=r,
+        self.kv_capacity = self._per_engine(
+            Gauge(
+                "gateway_kv_tokens_capacity",
+                "Engine KV cache size in tokens, as the gateway sees it.",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.kv_reserved = Gauge(
-            "gateway_kv_tokens_reserved",
-            "KV tokens reserved by requests this gateway admitted.",
-            ["engine"],
-            registry=r,
+        self.kv_reserved = self._per_engine(
+            Gauge(
+                "gateway_kv_tokens_reserved",
+                "KV tokens reserved by requests this gateway admitted.",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.kv_budget = Gauge(
-            "gateway_kv_tokens_budget",
-            "KV tokens admission currently allows to be reserved on the engine.",
-            ["engine"],
-            registry=r,
+        self.kv_budget = self._per_engine(
+            Gauge(
+                "gateway_kv_tokens_budget",
+                "KV tokens admission currently allows to be reserved on the engine.",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.upstream_up = Gauge(
-            "gateway_upstream_up",
-            "1 while the engine is not ejected: 0 once a check failed or a request could not"
-            " connect (a check that is only late under load ejects nothing).",
-            ["engine"],
-            registry=r,
+        self.upstream_up = self._per_engine(
+            Gauge(
+                "gateway_upstream_up",
+                "1 while the engine is not ejected: 0 once a check failed or a request could not"
+                " connect (a check that is only late under load ejects nothing).",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.engine_in_flight = Gauge(
-            "gateway_engine_requests_in_flight",
-            "Requests this gateway admitted to the engine, now upstream.",
-            ["engine"],
-            registry=r,
+        self.engine_in_flight = self._per_engine(
+            Gauge(
+                "gateway_engine_requests_in_flight",
+                "Requests this gateway admitted to the engine, now upstream.",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.engine_routed = Counter(
-            "gateway_engine_requests",
-            "Requests admitted to the engine.",
-            ["engine"],
-            registry=r,
+        self.engine_routed = self._per_engine(
+            Counter(
+                "gateway_engine_requests",
+                "Requests admitted to the engine.",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.engine_ejections = Counter(
-            "gateway_engine_ejections",
-            "Times the engine was taken out of routing (failed health checks, refused"
-            " connections).",
-            ["engine"],
-            registry=r,
+        self.engine_ejections = self._per_engine(
+            Counter(
+                "gateway_engine_ejections",
+                "Times the engine was taken out of routing (failed health checks, refused"
+                " connections).",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.engine_sequence_cap = Gauge(
-            "gateway_engine_sequence_cap",
-            "Sequences admission runs on the engine at most (its --max-num-seqs once learned).",
-            ["engine"],
-            registry=r,
+        self.engine_sequence_cap = self._per_engine(
+            Gauge(
+                "gateway_engine_sequence_cap",
+                "Sequences admission runs on the engine at most (its --max-num-seqs once learned).",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.fleet_kv_reserved = Gauge(
-            "gateway_fleet_kv_tokens_reserved",
-            "KV tokens every gateway replica holds on the engine, read from the shared state"
-            " (every replica reports the same value: aggregate with max).",
-            ["engine"],
-            registry=r,
+        self.fleet_kv_reserved = self._per_engine(
+            Gauge(
+                "gateway_fleet_kv_tokens_reserved",
+                "KV tokens every gateway replica holds on the engine, read from the shared state"
+                " (every replica reports the same value: aggregate with max).",
+                ["engine"],
+                registry=r,
+            )
         )
+        # Exported only by a replica that shares state (``track_shared_state``):
+        # one without Redis has nothing that could be down.
         self.shared_state_up = Gauge(
             "gateway_shared_state_up",
             "1 while the state shared with other replicas (Redis) answers; 0: this replica"
             " runs on its share of the fleet.",
-            registry=r,
+            registry=None,
         )
-        self.affinity_hits = Counter(
-            "gateway_routing_affinity_hits",
-            "Requests routed to the engine their prompt prefix prefers (prefix routing).",
-            ["engine"],
-            registry=r,
+        self.affinity_hits = self._per_engine(
+            Counter(
+                "gateway_routing_affinity_hits",
+                "Requests routed to the engine their prompt prefix prefers (prefix routing).",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.load_cap_overrides = Counter(
-            "gateway_routing_load_cap_overrides",
-            "Requests sent away from the engine their prefix prefers (the label) because it"
-            " was loaded past the cap.",
-            ["engine"],
-            registry=r,
+        self.load_cap_overrides = self._per_engine(
+            Counter(
+                "gateway_routing_load_cap_overrides",
+                "Requests sent away from the engine their prefix prefers (the label) because it"
+                " was loaded past the cap.",
+                ["engine"],
+                registry=r,
+            )
         )
-        self.engine_retries = Counter(
-            "gateway_engine_retries",
-            "Requests retried on another engine after this one failed them before any byte"
-            " reached the client.",
-            ["engine"],
-            registry=r,
+        self.engine_retries = self._per_engine(
+            Counter(
+                "gateway_engine_retries",
+                "Requests retried on another engine after this one failed them before any byte"
+                " reached the client.",
+                ["engine"],
+                registry=r,
+            )
         )
         self.draining = Gauge(
             "gateway_draining", "1 while the gateway drains before shutdown.", registry=r
         )
-        self.engine_stats_missing = Gauge(
-            "gateway_engine_stats_missing",
-            "Series admission reads that the engine's /metrics lacks (0 when all are there).",
-            ["engine"],
-            registry=r,
+        self.engine_stats_missing = self._per_engine(
+            Gauge(
+                "gateway_engine_stats_missing",
+                "Series admission reads that the engine's /metrics lacks (0 when all are there).",
+                ["engine"],
+                registry=r,
+            )
         )
         self.tenant_tokens = Counter(
             "gateway_tenant_tokens",
@@ -216,3 +253,22 @@ class GatewayMetrics:
             self.queue_depth.labels(priority)
         for kind in ("prompt", "completion"):
             self.tokens.labels(kind)
+
+    def _per_engine(self, metric: _M) -> _M:
+        self._engine_metrics.append(metric)
+        return metric
+
+    def forget_engine(self, engine: str) -> None:
+        """Remove every series of an engine that left the fleet (by its label),
+        so nothing about it lingers: no stale "engines up", no alert firing
+        for an address that is gone."""
+        for metric in self._engine_metrics:
+            with suppress(KeyError):
+                metric.remove(engine)
+
+    def track_shared_state(self) -> Gauge:
+        """``gateway_shared_state_up``, exported from now on."""
+        if not self._shares_state:
+            self._shares_state = True
+            self.registry.register(self.shared_state_up)
+        return self.shared_state_up

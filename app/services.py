@@ -74,6 +74,9 @@ def build_services(
             settings.redis_url, settings.redis_lease_seconds, settings.redis_timeout
         )
         fleet = FleetState(shared)
+        shared_up = metrics.track_shared_state()
+        shared_up.set(0)
+        shared.on_change(lambda up: shared_up.set(1 if up else 0))
     background: list[Callable[[], Coroutine[Any, Any, None]]] = [engines.run]
     admission: Admission
     if settings.admission == "on":

@@ -53,7 +53,6 @@ class SharedBudgets:
         self._on_view: list[Callable[[], None]] = []
         self._clock: tuple[str, str, float, float] | None = None
         self._waiting: dict[str, list[str]] = {}
-        metrics.shared_state_up.set(0)
 
     @property
     def up(self) -> bool:
@@ -154,7 +153,6 @@ class SharedBudgets:
         self._metrics.fleet_kv_reserved.labels(engine_label(budget.id)).set(total[0] * block)
 
     def _on_change(self, up: bool) -> None:
-        self._metrics.shared_state_up.set(1 if up else 0)
         self._waiting = {}  # published again from scratch
         share = 1.0 if up else 1.0 / self._fleet.replicas
         for budget in self._policy.engines.values():

@@ -28,7 +28,7 @@ from typing import Any
 
 from app.engine.client import EngineClient
 from app.engine.discovery import engine_urls, is_dns, resolve
-from app.engine.monitor import ChangeListener, EngineMonitor, StatsListener
+from app.engine.monitor import ChangeListener, EngineMonitor, StatsListener, engine_label
 from app.engine.view import EngineView
 from app.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
@@ -116,6 +116,7 @@ class EnginePool:
                 task.cancel()
             for listener in self._forget_listeners:
                 listener(url)
+            self._metrics.forget_engine(engine_label(url))
 
     def _start_monitor(self, url: str) -> None:
         self._tasks[url] = asyncio.create_task(self.monitors[url].run(), name=f"engine {url}")

@@ -247,6 +247,16 @@ def test_the_fleet_and_the_keys_made_their_series(
     }
 
 
+def test_only_the_replica_with_redis_reports_shared_state_and_nothing_alerts(
+    prometheus: tuple[Prometheus, dict[str, Gateway]],
+) -> None:
+    """Six gateways here have no Redis: they have no shared state to be down."""
+    prom, gateways = prometheus
+    fleet = gateways["fleet"].url.removeprefix("http://")
+    assert prom.labels("gateway_shared_state_up", "instance") == {fleet}
+    assert not prom.query('ALERTS{alertname="GatewaySharedStateDown"}')
+
+
 @pytest.mark.parametrize("name", sorted(build.DASHBOARDS))
 def test_every_panel_query_returns_series(
     prometheus: tuple[Prometheus, dict[str, Gateway]], name: str

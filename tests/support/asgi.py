@@ -186,7 +186,7 @@ async def in_process_gateway(
     (by ``host:port``; the first is ``engine``)."""
     if fleet is not None:
         transport = fleet_transport(fleet)
-        settings["upstream_urls"] = ",".join(f"http://{name}" for name in fleet)
+        settings.setdefault("upstream_urls", ",".join(f"http://{name}" for name in fleet))
         engine = next(iter(fleet.values()))
     else:
         engine = engine or ScriptedEngine()
