@@ -1,4 +1,7 @@
-"""Checking completion requests (no engine, no I/O)."""
+"""Checking completion requests: ``check_request`` on its own (no engine, no
+I/O), then bad input sent to the gateway in-process, where a clear 4xx in
+OpenAI's shape answers it before any engine is asked. What the engine checks
+itself (its sampling parameters) is tests/e2e/test_bad_input.py's."""
 
 import json
 from typing import Any
@@ -7,6 +10,8 @@ import pytest
 
 from app.errors import GatewayError, InvalidRequest, ModelNotFound, TooLong
 from app.validation import CompletionJob, Limits, Prompt, check_request
+from tests.support.asgi import in_process_gateway
+from tests.support.scripted_engine import MODEL
 
 MODELS = {"tiny": 2048}
 LIMITS = Limits(max_n=16, max_batch=4)
@@ -103,3 +108,86 @@ def test_streaming_needs_http_1_1() -> None:
         check("chat", {**CHAT, "stream": True}, http_version="1.0")
     assert caught.value.param == "stream"
     assert not check("chat", CHAT, http_version="1.0").stream
+
+
+# --- through the gateway, in-process ----------------------------------------------
+
+CHAT_ROUTE = "/v1/chat/completions"
+COMPLETIONS_ROUTE = "/v1/completions"
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def encoded(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+REFUSED = [
+    # (name, path, raw body, status, param)
+    ("not json", CHAT_ROUTE, b"{not json", 400, None),
+    ("empty body", CHAT_ROUTE, b"", 400, None),
+    ("json array", CHAT_ROUTE, b"[1, 2]", 400, None),
+    ("missing model", CHAT_ROUTE, encoded(messages=MESSAGES), 400, "model"),
+    ("unknown model", CHAT_ROUTE, encoded(model="gpt-9", messages=MESSAGES), 404, "model"),
+    ("missing messages", CHAT_ROUTE, encoded(model=MODEL), 400, "messages"),
+    ("messages not a list", CHAT_ROUTE, encoded(model=MODEL, messages="hi"), 400, "messages"),
+    (
+        "max_tokens a string",
+        CHAT_ROUTE,
+        encoded(model=MODEL, messages=MESSAGES, max_tokens="9"),
+        400,
+        "max_tokens",
+    ),
+    (
+        "negative max_tokens",
+        CHAT_ROUTE,
+        encoded(model=MODEL, messages=MESSAGES, max_tokens=-5),
+        400,
+        "max_tokens",
+    ),
+    (
+        "absurd max_tokens",
+        CHAT_ROUTE,
+        encoded(model=MODEL, messages=MESSAGES, max_tokens=10**9),
+        400,
+        "max_tokens",
+    ),
+    ("n too large", CHAT_ROUTE, encoded(model=MODEL, messages=MESSAGES, n=1000), 400, "n"),
+    (
+        "stream not a bool",
+        CHAT_ROUTE,
+        encoded(model=MODEL, messages=MESSAGES, stream="yes"),
+        400,
+        "stream",
+    ),
+    ("missing prompt", COMPLETIONS_ROUTE, encoded(model=MODEL), 400, "prompt"),
+    ("prompt a number", COMPLETIONS_ROUTE, encoded(model=MODEL, prompt=3), 400, "prompt"),
+    ("body too large", CHAT_ROUTE, b'{"model": "' + b"x" * (5 * 1024 * 1024) + b'"}', 413, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "raw", "status", "param"), REFUSED, ids=[case[0] for case in REFUSED]
+)
+async def test_bad_requests_get_their_documented_status(
+    name: str, path: str, raw: bytes, status: int, param: str | None
+) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(path, raw).done()
+        assert exchange.status == status, exchange.body
+        error = exchange.json()["error"]
+        assert set(error) >= {"message", "type", "param", "code"}
+        assert error["message"]
+        assert error["param"] == param
+        assert gateway.metric("gateway_requests_total") == 1
+        assert gateway.metric("gateway_requests_total", outcome="rejected") == 1
+        assert gateway.engine.calls.empty()
+
+
+async def test_refusals_are_counted_as_rejected() -> None:
+    async with in_process_gateway() as gateway:
+        rejected = gateway.metric("gateway_requests_total", outcome="rejected")
+        too_large = gateway.metric("gateway_rejections_total", reason="too_large")
+        await gateway.request(CHAT_ROUTE, b"{").done()
+        await gateway.request(CHAT_ROUTE, b"x" * (5 * 1024 * 1024)).done()
+        assert gateway.metric("gateway_requests_total", outcome="rejected") == rejected + 2
+        assert gateway.metric("gateway_rejections_total", reason="too_large") == too_large + 1

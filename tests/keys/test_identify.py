@@ -1,4 +1,6 @@
-"""Who a request is for: the key decides when keys are on."""
+"""Who a request is for: the key decides when keys are on, the headers when
+they are off; a header that names no tenant or priority is a 400 in OpenAI's
+shape before any engine is asked (in-process, at the end)."""
 
 import pytest
 
@@ -7,6 +9,8 @@ from app.identity import Identity
 from app.keys.file import KeyEntry
 from app.keys.identify import identify
 from app.keys.ring import KeyRing, hash_key
+from tests.support.asgi import in_process_gateway
+from tests.support.scripted_engine import MODEL
 
 BATCH = KeyEntry(
     id="acme-batch", tenant="acme", sha256=hash_key("k1"), priorities=("normal", "low")
@@ -54,3 +58,23 @@ def test_a_priority_the_key_may_not_use_is_403() -> None:
         identify({"authorization": "Bearer k1", "x-priority": "high"}, RING)
     assert caught.value.status == 403
     assert "normal, low" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("header", "value"),
+    [("X-Priority", "urgent"), ("X-Tenant-Id", "a b")],
+    ids=["priority", "tenant"],
+)
+async def test_a_bad_priority_or_tenant_header_is_a_400_naming_it(header: str, value: str) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(
+            "/v1/chat/completions", body, headers={header: value}
+        ).done()
+        assert exchange.status == 400, exchange.body
+        error = exchange.json()["error"]
+        assert set(error) >= {"message", "type", "param", "code"}
+        assert error["message"]
+        assert error["param"] == header
+        assert gateway.metric("gateway_requests_total", outcome="rejected") == 1
+        assert gateway.engine.calls.empty()

@@ -1,0 +1,26 @@
+"""The ASGI entry (``app.api.entry``): a method other than POST on a
+completion route is a 405, and what FastAPI does not know a 404, both in
+OpenAI's shape. In-process."""
+
+import pytest
+
+from tests.support.asgi import in_process_gateway
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/v1/nothing", 404), ("GET", CHAT, 405), ("DELETE", COMPLETIONS, 405)],
+)
+async def test_unknown_routes_and_methods_answer_in_openai_shape(
+    method: str, path: str, status: int
+) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(path, b"", method=method).done()
+        assert exchange.status == status
+        error = exchange.json()["error"]
+        assert set(error) >= {"message", "type", "param", "code"}
+        assert error["message"]
+        assert gateway.engine.calls.empty()
