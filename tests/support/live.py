@@ -21,7 +21,7 @@ LIVE_FIXTURES = frozenset(
         "engine",
         "start_gateway",
         "redis",
-        # Asks for "redis" only when its parameter does (test_retry_after.py).
+        # Asks for "redis" only when its parameter does (keys/test_quota.py).
         "redis_url",
         "capped",
         "dns",

@@ -1,0 +1,109 @@
+"""Admission's forecast (``app.admission.forecast``): the Retry-After a
+client refused for capacity is told is when it will be admitted. On the
+policy alone, and in-process (``tests.support.retry_after``) in front of a
+scripted engine, where a client that waits the time it is told is admitted
+and one that comes back well before (at a third of it) is not: the test
+decides when each request the engine runs ends, so the scenario is fixed.
+Time is the real clock's, with a second or more to spare wherever a busy
+machine could stretch a sleep."""
+
+import asyncio
+import time
+
+import pytest
+
+from app.admission.policy import QueueFull
+from tests.admission.test_policy import add, admit, admit_all, policy, waiter
+from tests.support.asgi import Exchange, InProcessGateway, in_process_gateway
+from tests.support.retry_after import COMPLETIONS, admitted, answer, sleep_until, told
+from tests.support.scripted_engine import MODEL, EngineCall
+from tests.support.wait import wait_for
+
+# One request runs at a time (max_concurrency 1), each for BLOCKER_SECONDS.
+BLOCKER_SECONDS = 3.6
+
+# Token ids (counted exactly): 40 tokens at worst.
+BLOCKER = {"model": MODEL, "prompt": [11, 12, 13, 14], "max_tokens": 36}
+
+# 1.75 times a blocker's tokens: at the rate the queue drains, a wait of
+# 1.75 × 3.6 = 6.3 s, longer than the deadline, so refused at once and told
+# 7 s; in fact it fits as soon as the running blocker ends, within 3.6 s.
+LARGE = {**BLOCKER, "max_tokens": 66}
+
+# Between a blocker's wait behind another (3.6 s) and LARGE's (6.3 s).
+QUEUE_TIMEOUT = 4.95
+
+
+def test_a_request_the_order_admits_at_once_is_not_refused_for_a_predicted_wait() -> None:
+    """Drained at 100 tokens/s (one 100-token request a second), a
+    400-token request is predicted to wait 4 s, past a 3 s deadline: refused
+    while a request runs, admitted once the engine is free — else the
+    Retry-After it was told would never come true."""
+    p = policy(blocks=10, block_size=100, max_sequences=1, max_wait=3.0)
+    add(p, waiter(tokens=100))
+    (running,) = admit_all(p)
+    for second in (1, 2, 3):
+        # The next one waits (a dispatch round finds no room) until the
+        # running one ends a second later.
+        add(p, waiter(tokens=100, at=second - 1))
+        assert admit(p, now=second - 1) == []
+        p.release(running[1])
+        (running,) = admit_all(p, now=second)
+    assert p.forecast.rate() == pytest.approx(100, rel=0.05)
+    with pytest.raises(QueueFull) as refused:
+        add(p, waiter(tokens=400, at=3))
+    assert refused.value.retry_after == pytest.approx(4.0, rel=0.05)
+    p.release(running[1])
+    assert admit(p, now=4) == []
+    large = add(p, waiter(tokens=400, at=4))
+    assert admit(p, now=4) == [large]
+
+
+async def measured_blocker(gateway: InProcessGateway) -> tuple[Exchange, EngineCall, float]:
+    """One blocker waits behind another until it ends: the gateway measures
+    its queue draining one blocker's tokens per BLOCKER_SECONDS. Returns the
+    second blocker (its exchange and engine call), running with nothing
+    queued, and when it started."""
+    first = gateway.request(COMPLETIONS, BLOCKER)
+    first_call = await asyncio.wait_for(gateway.engine.calls.get(), 30)
+    first_started = time.monotonic()
+    second = gateway.request(COMPLETIONS, BLOCKER)
+    assert await wait_for(lambda: gateway.metric("gateway_queue_depth") == 1, timeout=30)
+    await sleep_until(first_started + BLOCKER_SECONDS)
+    answer(first_call, BLOCKER)
+    call = await asyncio.wait_for(gateway.engine.calls.get(), 30)
+    started = time.monotonic()
+    await first.done()
+    assert first.status == 200
+    return second, call, started
+
+
+async def test_a_client_refused_for_capacity_is_told_when_it_will_be_admitted() -> None:
+    async with in_process_gateway(max_concurrency=1, queue_timeout=QUEUE_TIMEOUT) as gateway:
+        exchange, blocker, started = await measured_blocker(gateway)
+        ends = started + BLOCKER_SECONDS
+
+        async def end_blocker() -> None:
+            """The blocker ends at its known length, whoever comes back when."""
+            await sleep_until(ends)
+            answer(blocker, BLOCKER)
+
+        ending = asyncio.create_task(end_blocker())
+        early, obedient = {"x-tenant-id": "early"}, {"x-tenant-id": "obedient"}
+        refusals = [
+            await gateway.request(COMPLETIONS, LARGE, headers=h).done() for h in (early, obedient)
+        ]
+        refused_at = time.monotonic()
+        assert [r.json()["error"]["code"] for r in refusals] == ["over_capacity"] * 2
+        early_wait, obedient_wait = (told(r) for r in refusals)
+
+        # At a third of the time told (7 / 3 s), the blocker still runs (for
+        # 3.6 s): refused again.
+        await sleep_until(refused_at + early_wait / 3)
+        assert not await admitted(gateway, LARGE, early)
+
+        # After the time told, the blocker has ended: admitted at once.
+        await sleep_until(refused_at + obedient_wait)
+        assert await admitted(gateway, LARGE, obedient)
+        assert ending.done()
+        assert (await exchange.done()).status == 200
