@@ -1,10 +1,10 @@
-"""The routing policies on their own: pure, no engines."""
+"""Prefix affinity with bounded load (``app.routing.prefix``), on its own:
+pure, no engines."""
 
 import math
 import random
 
 from app.routing.base import EngineLoad
-from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
 
 
@@ -13,21 +13,6 @@ def engines(*loads: int, fits: bool = True) -> list[EngineLoad]:
         EngineLoad(id=f"e{i}", in_flight=n, weight=100.0, reserved=n / 10, fits=fits)
         for i, n in enumerate(loads)
     ]
-
-
-def test_least_loaded_takes_the_smallest_reserved_fraction_then_the_id() -> None:
-    router = LeastLoaded()
-    choice = router.choose(None, engines(3, 1, 2))
-    assert choice is not None
-    assert choice.engine == "e1"
-    tie = router.choose(None, engines(1, 1))
-    assert tie is not None
-    assert tie.engine == "e0"
-
-
-def test_nothing_fits_nothing_is_chosen() -> None:
-    assert LeastLoaded().choose(None, engines(0, 0, fits=False)) is None
-    assert PrefixAffinity().choose(7, engines(0, 0, fits=False)) is None
 
 
 def test_only_engines_where_the_request_fits_are_chosen() -> None:
