@@ -34,9 +34,14 @@ Where nothing says when, it is a constant: ``GATEWAY_RETRY_AFTER_UNAVAILABLE``
 (5 s) for 503 draining, no engine available and overloaded (too many requests
 being received); 1 s for a key at its ``max_concurrent`` (which of its
 requests ends first is not known), the gateway's engine connection pool
-exhausted, and no engine for the model with admission off. Failures (502,
-504, an engine that could not be reached, a request cut off by shutdown)
-carry none.
+exhausted, and no engine for the model with admission off. Every 503 has
+one: the engine unreachable after admission and a request cut off by the
+drain's deadline get ``GATEWAY_RETRY_AFTER_UNAVAILABLE`` too. Other failures
+(502, 504) carry none.
+
+``type`` is OpenAI's where it has one — ``invalid_request_error``,
+``permission_error``, ``requests``/``tokens`` for a key's limits, and
+``server_error`` for every 5xx —; ``code`` says which error it is.
 """
 
 import json
@@ -70,7 +75,8 @@ class ClientDisconnected(Exception):
 
 class GatewayError(Exception):
     status: int = 500
-    type: str = "internal_error"
+    # OpenAI's ``type`` where it has one: ``server_error`` for every 5xx.
+    type: str = "server_error"
     code: str | None = None
     outcome: Outcome = "failed"
     reason: str = "internal"
@@ -222,7 +228,6 @@ class Overloaded(GatewayError):
     (``GATEWAY_MAX_PENDING``): refused before their bodies are read."""
 
     status = 503
-    type = "service_unavailable"
     code = "overloaded"
     outcome = "rejected"
     reason = "overloaded"
@@ -230,7 +235,6 @@ class Overloaded(GatewayError):
 
 class EngineUnavailable(GatewayError):
     status = 503
-    type = "service_unavailable"
     code = "engine_unavailable"
     outcome = "rejected"
     reason = "unavailable"
@@ -238,7 +242,6 @@ class EngineUnavailable(GatewayError):
 
 class Draining(GatewayError):
     status = 503
-    type = "service_unavailable"
     code = "draining"
     outcome = "rejected"
     reason = "draining"
@@ -271,7 +274,7 @@ class FrameworkError(GatewayError):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.type = "invalid_request_error" if status < 500 else "internal_error"
+        self.type = "invalid_request_error" if status < 500 else "server_error"
 
 
 class UpstreamFailed(GatewayError):
@@ -282,7 +285,6 @@ class UpstreamFailed(GatewayError):
     (below) or fails its check."""
 
     status = 502
-    type = "upstream_error"
     code = "engine_error"
     retryable = True
 
@@ -301,7 +303,6 @@ class PoolExhausted(UpstreamFailed):
     connection in time: the gateway is overloaded, the engine is not down."""
 
     status = 503
-    type = "service_unavailable"
     code = "gateway_pool_exhausted"
     # The gateway's own pool, the same for every engine.
     retryable = False
@@ -311,7 +312,6 @@ class UpstreamTimeout(UpstreamFailed):
     """The engine was reached and is slow: avoided by the retry, not ejected."""
 
     status = 504
-    type = "timeout_error"
     code = "engine_timeout"
 
 
@@ -319,7 +319,6 @@ class StoppedByShutdown(UpstreamFailed):
     """The gateway's drain grace period ran out while this request was in flight."""
 
     status = 503
-    type = "service_unavailable"
     code = "draining"
     retryable = False
 

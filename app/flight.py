@@ -282,6 +282,10 @@ class Flight:
         if self._sender is not None:
             await self._sender.end(sse_error_event(error), within=_FAREWELL_SECONDS)
             return
+        if error.status == 503 and error.retry_after is None:
+            # Every 503 says when to come back: the engine unreachable after
+            # admission, the drain's deadline (neither knows a better time).
+            error.retry_after = self._services.settings.retry_after_unavailable
         response = error_response(error)
         response.headers.update(self._headers)
         await response(self._request.scope, self._request.receive, self._send)

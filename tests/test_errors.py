@@ -1,9 +1,12 @@
-"""Errors as data: their outcome, reason and final SSE event."""
+"""Errors as data: their outcome, reason, OpenAI type, Retry-After and final
+SSE event."""
 
 import json
 
+import httpx
 import pytest
 
+from app.drain import Drain
 from app.errors import (
     REJECTION_REASONS,
     EngineStatusError,
@@ -18,6 +21,10 @@ from app.errors import (
     sse_error_event,
 )
 from app.metrics import GatewayMetrics
+from tests.support.asgi import in_process_gateway
+from tests.support.scripted_engine import MODEL, ScriptedEngine
+
+BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
 
 
 def test_an_engine_4xx_is_the_clients_error_and_a_5xx_a_failure() -> None:
@@ -87,3 +94,34 @@ def test_what_the_retry_rule_reads_is_the_errors_own() -> None:
     assert not PoolExhausted("x").retryable
     assert not StoppedByShutdown("x").retryable
     assert not OverCapacity("x", reason="queue_full", retry_after=1).retryable
+
+
+def test_every_5xx_is_openais_server_error() -> None:
+    classes: list[type[GatewayError]] = [GatewayError, *_subclasses(GatewayError)]
+    for cls in classes:
+        if cls.status >= 500:
+            assert cls.type == "server_error", cls
+    assert EngineStatusError(500, b"not json").type == "server_error"
+
+
+async def test_a_503_for_an_engine_gone_after_admission_says_when_to_come_back() -> None:
+    engine = ScriptedEngine()
+    async with in_process_gateway(engine, retry_after_unavailable=7) as gateway:
+        # Up when checked; its process gone by the time the request goes out.
+        engine.completion_error = httpx.ConnectError("connection refused")
+        exchange = await gateway.request("/v1/completions", BODY).done()
+        assert exchange.status == 503
+        assert exchange.json()["error"]["code"] == "engine_unavailable"
+        assert exchange.headers["retry-after"] == "7"
+
+
+async def test_a_503_at_the_drains_deadline_says_when_to_come_back() -> None:
+    drain = Drain()
+    async with in_process_gateway(drain=drain, retry_after_unavailable=7) as gateway:
+        exchange = gateway.request("/v1/completions", {**BODY, "stream": True})
+        await gateway.engine.calls.get()
+        drain.stop_streams()  # the engine has not answered yet
+        await exchange.done()
+        assert exchange.status == 503
+        assert exchange.json()["error"]["code"] == "draining"
+        assert exchange.headers["retry-after"] == "7"
