@@ -1,4 +1,6 @@
-"""The planner against a real engine whose KV cache is sized in bytes.
+"""The capacity planner (``app.capacity.plan``): worked examples on real
+models' configs, then the planner against a real engine whose KV cache is
+sized in bytes.
 
 The engine gets ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB) and no block override,
 so vLLM derives its block count from bytes itself; the planner must arrive
@@ -14,10 +16,58 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.capacity import plan_capacity, read_model_config
-from app.capacity.plan import GIB
+from app.capacity import gpu_kv_cache_bytes, plan_capacity, read_model_config
+from app.capacity.plan import GIB, sequences_that_fit
 from deploy.local import ROOT, ManagedProcess, scrape
 from tests.support.engines import running_engine
+from tests.support.model_configs import CONFIGS
+
+
+def test_llama_3_8b_in_60_gib_at_8k_context() -> None:
+    shape = read_model_config(CONFIGS / "llama-3-8b.json")
+    plan = plan_capacity(shape, 60 * GIB, max_model_len=8192, block_size=16, dtype="bfloat16")
+    # 60 GiB / 128 KiB per token = 491,520 tokens = 30,720 blocks of 16.
+    assert (plan.kv_tokens, plan.num_blocks) == (491_520, 30_720)
+    # vLLM's figure counts every block ...
+    assert plan.max_concurrency(8192) == pytest.approx(60.0)
+    # ... but one is its null block: 30,719 // 512 sequences of 8,192 fit at once.
+    assert plan.max_sequences(8192) == 59
+    # 1,000 tokens hold 63 whole blocks: 30,719 // 63.
+    assert plan.max_sequences(1000) == 487
+
+
+def test_float32_doubles_the_bytes_and_auto_follows_the_checkpoint() -> None:
+    shape = read_model_config(CONFIGS / "llama-3-8b.json")
+    assert plan_capacity(shape, GIB, 1024, dtype="float32").kv_bytes_per_token == 262_144
+    assert plan_capacity(shape, GIB, 1024, dtype="auto").dtype == "bfloat16"
+    # GPT-2's config states no dtype (a float32 checkpoint): served in 16-bit.
+    gpt2 = plan_capacity(read_model_config(CONFIGS / "gpt2.json"), GIB, 1024)
+    assert gpt2.bytes_per_element == 2
+    with pytest.raises(ValueError, match="quantized"):
+        plan_capacity(shape, GIB, 1024, dtype="fp8")
+
+
+def test_blocks_are_whole_and_sequences_hold_whole_blocks() -> None:
+    shape = read_model_config(CONFIGS / "qwen2.5-0.5b-instruct.json")
+    # One byte short of 10 blocks of 128 tokens holds 9.
+    plan = plan_capacity(shape, 10 * 128 * 12_288 - 1, max_model_len=1000, block_size=128)
+    assert plan.num_blocks == 9
+    # 1,000 tokens need 8 blocks of 128, so vLLM's figure is 9 / 8.
+    assert plan.max_concurrency(1000) == pytest.approx(1.125)
+    assert plan.max_sequences(1000) == 1
+    # 24 blocks (make up's cache): 23 hold tokens, so 11 sequences of 2 blocks, not 12.
+    assert sequences_that_fit(24, 128, 144) == 11
+    assert sequences_that_fit(25, 128, 144) == 12
+
+
+def test_gpu_budget_is_the_share_of_the_card_less_the_weights() -> None:
+    assert gpu_kv_cache_bytes(80 * GIB, 0.5, 10 * GIB, 2 * GIB) == 28 * GIB
+    assert gpu_kv_cache_bytes(16 * GIB, 0.9, 20 * GIB) == 0
+    with pytest.raises(ValueError, match="utilization"):
+        gpu_kv_cache_bytes(16 * GIB, 1.5, GIB)
+
+
+# --- against a real engine -------------------------------------------------------
 
 KV_CACHE_GIB = 1
 # Not a multiple of the CPU block size (128), so a sequence's last block is partial.
