@@ -32,7 +32,7 @@ async def test_tenants_get_a_fair_share_of_admitted_tokens(
 ) -> None:
     """Tenant A sends ten times B's load at equal priority, B's requests
     last: B is served within A's backlog, not after it (the share while both
-    wait is measured in-process, tests/admission/test_fair_order.py)."""
+    wait is measured in-process, tests/admission/test_fairqueue.py)."""
     gateway = start_gateway(idle_engine.url, max_concurrency=2, queue_timeout=300)
 
     async def one(http: httpx.AsyncClient, tenant: str, i: int) -> None:

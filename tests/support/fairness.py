@@ -12,7 +12,7 @@ def heavy_admitted_before_light_finished(
     A live run has a few of the light tenant's requests, so the share of
     tokens while both wait moves by ten points with one admission (the
     order's precision is measured in-process over hundreds of admissions,
-    tests/admission/test_fair_order.py). What a live run can tell with
+    tests/admission/test_fairqueue.py). What a live run can tell with
     a bound it holds is the wiring: served in arrival order, the light
     tenant's requests (sent last) would wait for the heavy tenant's whole
     backlog; served fairly, they are through within a few of its requests.
