@@ -26,6 +26,7 @@ import yaml
 
 from deploy.local import free_port
 from tests.containers.stand_ins import stand_ins
+from tests.support.compose_files import compose_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_FILES = ("docker-compose.yml", "docker-compose.cpu.yml")
@@ -39,15 +40,6 @@ UNAVAILABLE_IMAGES = {"grafana/grafana": "Grafana: no registry here, and no Debi
 Service = dict[str, Any]
 
 
-def compose_variables() -> set[str]:
-    """Every ${NAME} the compose files read."""
-    names: set[str] = set()
-    for name in CPU_FILES:
-        text = (ROOT / name).read_text()
-        names |= set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
-    return names
-
-
 def variable_defaults() -> dict[str, str]:
     """The default of every ${NAME:-default} in the compose files."""
     found: dict[str, str] = {}
@@ -59,7 +51,9 @@ def variable_defaults() -> dict[str, str]:
 
 def publish_port_variables() -> list[str]:
     """The settings that choose host ports (PUBLISH_<SERVICE>_PORT)."""
-    return sorted(name for name in compose_variables() if re.fullmatch(r"PUBLISH_\w+_PORT", name))
+    return sorted(
+        name for name in compose_variables(CPU_FILES) if re.fullmatch(r"PUBLISH_\w+_PORT", name)
+    )
 
 
 def repository(image: str) -> str:
@@ -92,7 +86,7 @@ class ComposeProject:
     def __init__(self, name: str, env_file: Path, docker_host: str | None = None) -> None:
         self.name = name
         self.env_file = env_file
-        read = compose_variables()
+        read = compose_variables(CPU_FILES)
         # The defaults in the compose files, not whatever this shell sets
         # (`make` exports ENGINE_* for the local stack), except host ports.
         self.env = {

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.compose_files import compose_variables
+
 ROOT = Path(__file__).resolve().parents[2]
 BASE = "docker-compose.yml"
 GPU_FILE = "docker-compose.override.yml"
@@ -43,14 +45,6 @@ def required_tool(name: str) -> str:
     return found
 
 
-def compose_variables() -> set[str]:
-    """Every ${NAME} any of the compose files reads."""
-    names: set[str] = set()
-    for name in COMPOSE_FILES:
-        names |= set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", (ROOT / name).read_text()))
-    return names
-
-
 @dataclass
 class Compose:
     binary: str
@@ -65,7 +59,7 @@ class Compose:
     ) -> subprocess.CompletedProcess[str]:
         # The defaults in the files, not whatever this shell or a local .env
         # sets (`make` exports ENGINE_* for the local stack).
-        read = compose_variables()
+        read = compose_variables(COMPOSE_FILES)
         clean = {
             key: value
             for key, value in os.environ.items()

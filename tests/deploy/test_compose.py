@@ -25,6 +25,7 @@ from packaging.version import Version
 from app.settings import Settings
 from tests.deploy.compose_files import (
     BASE,
+    COMPOSE_FILES,
     ENGINE,
     ROOT,
     VARIANTS,
@@ -32,7 +33,6 @@ from tests.deploy.compose_files import (
     WITH_TWO_ENGINES,
     Compose,
     Service,
-    compose_variables,
     container_ports,
     duration_seconds,
     gateway_services,
@@ -40,6 +40,7 @@ from tests.deploy.compose_files import (
     published_ports,
     required_tool,
 )
+from tests.support.compose_files import compose_variables
 from tests.support.locks import lock_pins
 
 GATEWAY_DOCKERFILE = ROOT / "Dockerfile"
@@ -165,7 +166,9 @@ IMAGE_VARIABLES = {"PROMETHEUS_IMAGE", "REDIS_IMAGE", "PYTHON_IMAGE"}
 def test_the_image_variables_replace_those_images_and_nothing_else(
     compose: Compose, variant: str
 ) -> None:
-    assert {name for name in compose_variables() if name.endswith("_IMAGE")} == IMAGE_VARIABLES
+    assert {
+        name for name in compose_variables(COMPOSE_FILES) if name.endswith("_IMAGE")
+    } == IMAGE_VARIABLES
     given = {name: f"localhost/example/{name.lower()}:1" for name in IMAGE_VARIABLES}
     replaced = compose.resolved_files(VARIANTS[variant], env=given)["services"]
     expected = copy.deepcopy(compose.resolved(variant)["services"])
@@ -418,7 +421,7 @@ def test_env_example_documents_every_variable() -> None:
     )
     # Compose's own settings (COMPOSE_FILE, ...) are read by Compose itself.
     documented = {name for name in documented if not name.startswith("COMPOSE_")}
-    read = compose_variables()
+    read = compose_variables(COMPOSE_FILES)
     assert read - documented == set(), "read by the compose files, missing in .env.example"
     assert documented - read == set(), "in .env.example, read by no compose file"
 
