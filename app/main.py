@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.api import completions, health
+from app.api import completions, health, status
 from app.api.entry import Gateway
 from app.api.ports import PortRouter
 from app.drain import Drain
@@ -79,6 +79,9 @@ def create_app(
         app.add_middleware(PortRouter, admin_port=settings.admin_port)
     app.include_router(completions.router)
     app.include_router(health.router)
+    if settings.admin_port is not None:
+        # It names tenants and engines: never on the public port.
+        app.include_router(status.router)
     _install_error_handlers(app)
     return app
 

@@ -6,11 +6,13 @@ Label values that dashboards break out are created at start so their series
 exist from the first scrape.
 """
 
+import platform
 from contextlib import suppress
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from app import __version__
 from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
 
@@ -235,6 +237,13 @@ class GatewayMetrics:
             buckets=_GAP_BUCKETS,
             registry=r,
         )
+        self.build_info = Gauge(
+            "gateway_build_info",
+            "Always 1; the labels say which gateway runs (its version, its Python).",
+            ["version", "python"],
+            registry=r,
+        )
+        self.build_info.labels(__version__, platform.python_version()).set(1)
         self.receiving = Gauge(
             "gateway_requests_receiving",
             "Requests whose body is being read or checked, before admission.",

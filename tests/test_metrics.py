@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from app import __version__
 from app.metrics import GatewayMetrics
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.scripted_engine import MODEL, ScriptedEngine
@@ -60,3 +61,11 @@ async def test_an_engine_no_longer_discovered_leaves_no_series_behind(
         after = await _scrape(gateway)
         assert 'engine="b:8000"' not in after
         assert set(re.findall(r'^(\w+)\{engine="a:8000"\}', after, re.M)) == per_engine
+
+
+async def test_the_build_info_names_the_version() -> None:
+    async with in_process_gateway() as gateway:
+        text = await _scrape(gateway)
+    (line,) = [line for line in text.splitlines() if line.startswith("gateway_build_info{")]
+    assert f'version="{__version__}"' in line
+    assert line.endswith(" 1.0")

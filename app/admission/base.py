@@ -2,7 +2,7 @@
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from app.admission.demand import Demand
 from app.engine.stats import EngineStats
@@ -46,6 +46,10 @@ class Admission(Protocol):
 
     def start_draining(self) -> None:
         """Refuse queued and new requests from now on."""
+
+    def status(self) -> dict[str, Any]:
+        """What an operator reads of admission (``/status``): its queue and,
+        per engine, what it holds there."""
 
     def add_engine(self, view: EngineView) -> None:
         """An engine joined: ``view`` says, from now on, whether it is up and
@@ -104,6 +108,10 @@ class Unlimited:
 
     def start_draining(self) -> None:
         return None
+
+    def status(self) -> dict[str, Any]:
+        engines = {url: {"in_flight": state.in_flight} for url, state in self.engines.items()}
+        return {"admission": "off", "queue": None, "engines": engines}
 
     def add_engine(self, view: EngineView) -> None:
         self.engines.setdefault(view.url, _Engine(view)).view = view

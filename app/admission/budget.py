@@ -9,6 +9,7 @@ adapt to what they show.
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from app.admission.fairqueue import Waiter
 from app.engine.view import EngineView, FixedView
@@ -114,6 +115,23 @@ class EngineBudget:
         if self.budget_blocks is None:
             cap = min(cap, self.config.unknown_capacity_sequences)
         return max(1, math.floor(cap * self.share))
+
+    def status(self) -> dict[str, Any]:
+        """What an operator reads of this budget (``/status``), in tokens."""
+        block = self.block_size or 1
+        budget = self.budget_blocks
+        return {
+            "capacity_tokens": self.capacity_tokens,
+            "budget_tokens": None if budget is None else budget * block,
+            "overcommit": round(self.factor, 3),
+            "reserved_tokens": self.reserved_blocks * block,
+            "other_replicas_reserved_tokens": self.others_blocks * block,
+            "share": round(self.share, 3),
+            "learned_sequence_cap": self.sequence_cap,
+            "max_sequences": self.max_sequences,
+            "in_flight": self.in_flight,
+            "running_sequences": self.running_sequences,
+        }
 
     def holding(self) -> tuple[int, int, int]:
         """What this replica holds here: blocks, sequences, requests."""

@@ -11,6 +11,7 @@ used, and looks again when an engine's state changes.
 import asyncio
 import time
 from collections.abc import Iterable
+from typing import Any
 
 from app.admission.base import AdmissionRequest
 from app.admission.budget import BudgetConfig
@@ -177,6 +178,18 @@ class AdmissionController:
             if not future.done():
                 future.set_exception(self._draining_error())
         self._publish()
+
+    def status(self) -> dict[str, Any]:
+        queue = self.policy.queue
+        return {
+            "admission": "on",
+            "queue": {
+                "depth": len(queue),
+                "by_priority": queue.depth_by_priority(),
+                "by_tenant": queue.depth_by_tenant(),
+            },
+            "engines": {url: budget.status() for url, budget in self.policy.engines.items()},
+        }
 
     # --- engine facts ---------------------------------------------------------
 

@@ -80,6 +80,13 @@ class FairQueue:
     def depth_by_priority(self) -> dict[str, int]:
         return {name: cls.count for name, cls in self._classes.items()}
 
+    def depth_by_tenant(self) -> dict[str, int]:
+        depth: dict[str, int] = {}
+        for cls in self._classes.values():
+            for tenant, queue in cls.queues.items():
+                depth[tenant] = depth.get(tenant, 0) + len(queue)
+        return depth
+
     def tokens_up_to(self, priority: str) -> int:
         """Tokens waiting at ``priority`` or above."""
         ahead = 0

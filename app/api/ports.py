@@ -1,5 +1,6 @@
 """What each listener serves when ``GATEWAY_ADMIN_PORT`` is set: the API on
-the main port, ``/metrics`` only on the admin port, health on both. One
+the main port, ``/metrics`` and ``/status`` only on the admin port, health
+on both. One
 process and one app listen on both ports; the port a request came in on
 decides. Behind a platform, publish the main port and keep the admin port on
 the internal network (Prometheus scrapes it there)."""
@@ -8,6 +9,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import NotFound
 from app.responses import error_response
+
+ADMIN_PATHS = frozenset({"/metrics", "/status"})
 
 
 class PortRouter:
@@ -27,4 +30,4 @@ class PortRouter:
             return True
         server = scope.get("server") or (None, None)
         on_admin = server[1] == self.admin_port
-        return on_admin == (path == "/metrics")
+        return on_admin == (path in ADMIN_PATHS)

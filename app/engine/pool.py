@@ -156,6 +156,19 @@ class EnginePool:
             EngineLoad(v.url, 0, 1.0, 0.0, True, v.routable, v.models) for v in self.views.values()
         ]
 
+    def status(self) -> list[dict[str, Any]]:
+        """Each engine as the pool sees it (``/status``)."""
+        return [
+            {
+                "url": url,
+                "routable": self.routable(monitor),
+                "ejected": monitor.ejected,
+                "heard_from_lately": monitor.up,
+                "models": dict(monitor.models),
+            }
+            for url, monitor in self.monitors.items()
+        ]
+
     def mark_down(self, url: str) -> None:
         monitor = self.monitors.get(url)
         if monitor is not None:

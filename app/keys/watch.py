@@ -11,8 +11,10 @@ and says why in the log and in ``gateway_keys_reload_failures_total``.
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.keys.file import KeysFileError, read_keys
 from app.keys.ring import KeyRing
@@ -32,6 +34,8 @@ class KeysWatcher:
         self._listeners: list[Callable[[KeyRing], None]] = []
         self._stamp = _stamp(path)
         self.ring = KeyRing(read_keys(path))
+        self._loaded_at = time.time()
+        self._failures = 0
         log.info("keys file %s: %d key(s)", path, len(self.ring))
 
     def on_change(self, listener: Callable[[KeyRing], None]) -> None:
@@ -50,13 +54,27 @@ class KeysWatcher:
             ring = KeyRing(read_keys(self._path))
         except KeysFileError as exc:
             log.error("keys file not reloaded, the previous keys stay in use: %s", exc)
+            self._failures += 1
             self._on_failure()
             return False
         self.ring = ring
+        self._loaded_at = time.time()
         for listener in self._listeners:
             listener(ring)
         log.warning("keys file reloaded: %d key(s)", len(ring))
         return True
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "file": str(self._path),
+            "keys": len(self.ring),
+            "loaded_at": _iso(self._loaded_at),
+            "reload_failures": self._failures,
+        }
+
+
+def _iso(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
 def _stamp(path: Path) -> Stamp:

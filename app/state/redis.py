@@ -20,6 +20,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
@@ -57,6 +58,13 @@ class SharedRedis:
         self._writes: asyncio.Queue[Write] = asyncio.Queue()
         self._heartbeats: list[Callable[[], Awaitable[None]]] = []
         self._on_change: list[Callable[[bool], None]] = []
+
+    def status(self) -> dict[str, Any]:
+        parts = urlsplit(self.url)
+        # The URL without its password: /status is read by people.
+        host = parts.hostname or ""
+        where = f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+        return {"url": where, "up": self.up, "replica": self.replica, "replicas": self.replicas}
 
     def key(self, *parts: str) -> str:
         return ":".join((PREFIX, *parts))

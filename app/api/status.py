@@ -1,0 +1,14 @@
+"""``/status`` on the admin port (see ``app.status``)."""
+
+from fastapi import APIRouter
+from starlette.responses import JSONResponse, Response
+
+from app.api.deps import ServicesDep
+from app.status import gateway_status
+
+router = APIRouter()
+
+
+@router.get("/status")
+async def status(services: ServicesDep) -> Response:
+    return JSONResponse(gateway_status(services))
