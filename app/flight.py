@@ -147,6 +147,7 @@ class Flight:
         record.phase = "queued"
         self._hold = await services.admission.admit(self._admission, record, self._tried)
         self._tried.append(self._hold.engine)
+        record.engine, record.tries = engine_label(self._hold.engine), len(self._tried)
         services.metrics.in_flight.inc()
         if record.admitted_at is None:
             record.admitted_at = time.perf_counter()

@@ -74,7 +74,7 @@ async def _receive(
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
         job = check_request(route, body, models, limits, version)
-    record.stream = job.stream
+    record.stream, record.model = job.stream, job.model
     return job
 
 

@@ -69,6 +69,11 @@ class RequestRecord:
     engine_request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     key_id: str | None = None
     stream: bool = False
+    # The model asked for (once the request is checked), the engine that
+    # served it last and how many engines it was sent to (2: retried).
+    model: str | None = None
+    engine: str | None = None
+    tries: int = 0
     phase: Phase = "receiving"
     admitted_at: float | None = None
     first_token_at: float | None = None
@@ -147,6 +152,9 @@ class RequestRecord:
             "tenant": self.tenant,
             "priority": self.priority,
             "stream": self.stream,
+            "model": self.model,
+            "engine": self.engine,
+            "retried": self.tries > 1,
             "status": self.status,
             "outcome": self.outcome,
             "reason": self.reason,

@@ -1,9 +1,14 @@
-"""Request records end exactly once and count their outcome."""
+"""Request records end exactly once, count their outcome and log one line."""
+
+import logging
+
+import pytest
 
 from app.errors import Draining, UpstreamTimeout
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord, Telemetry
-from tests.support.asgi import sample
+from tests.support.asgi import in_process_gateway, sample
+from tests.support.scripted_engine import MODEL, ScriptedEngine, fleet, next_call
 
 
 def count(metrics: GatewayMetrics, name: str, **labels: str) -> float:
@@ -73,3 +78,23 @@ def test_per_tenant_series_only_for_keyed_requests() -> None:
     assert count(metrics, "gateway_tenant_tokens_total", tenant="acme", kind="admitted") == 100
     assert count(metrics, "gateway_tenant_tokens_total", tenant="acme", kind="used") == 40
     assert count(metrics, "gateway_tenant_tokens_total", tenant="t") == 0
+
+
+async def test_the_access_log_names_the_model_the_engine_and_a_retry(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    a, b = ScriptedEngine(), ScriptedEngine()
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
+    answer = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
+    async with in_process_gateway(fleet=fleet(a=a, b=b)) as gateway:
+        caplog.set_level(logging.INFO, logger="gateway.access")
+        exchange = gateway.request("/v1/completions", body)
+        first, call = await next_call(a, b)
+        call.answer(500, {"error": {"message": "engine bug"}})
+        second, retry = await next_call(a, b)
+        retry.answer(200, answer)
+        assert (await exchange.done()).status == 200
+    (line,) = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
+    served = "b:8000" if second is b else "a:8000"
+    assert first is not second
+    assert (line["model"], line["engine"], line["retried"]) == (MODEL, served, True)
