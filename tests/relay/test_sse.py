@@ -1,6 +1,7 @@
 """Sending a relayed stream to its client (``app.relay.sse``), in-process:
 the send timeout that drops a client that stopped reading, and the pings
-that keep a silent stream alive (or none, when turned off)."""
+that keep a silent stream alive (or none, when turned off), and what the
+gateway adds to a stream's first event."""
 
 import anyio
 import pytest
@@ -48,3 +49,18 @@ async def test_no_pings_when_they_are_turned_off() -> None:
         await exchange.done()
         assert b"ping" not in exchange.body
         assert gateway.metric("gateway_requests_total", outcome="completed") == 1
+
+
+async def test_what_the_gateway_adds_to_a_streams_first_event_is_measured_once() -> None:
+    async with in_process_gateway(sse_ping_seconds=0) as gateway:
+        exchange, call = await open_stream(gateway)
+        exchange.stop_reading_after(0)  # the client's socket is full from the start
+        call.send(chunk("a"))
+        await exchange.send_blocked.wait()  # the first event read, its send waiting
+        await anyio.sleep(0.3)  # how long the client takes: a lower bound below
+        exchange.read_again()
+        call.send(chunk("b") + DONE)
+        call.end()
+        await exchange.done()
+        assert gateway.metric("gateway_first_event_added_seconds_count") == 1
+        assert gateway.metric("gateway_first_event_added_seconds_sum") >= 0.3

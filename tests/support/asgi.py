@@ -52,6 +52,8 @@ class Exchange:
         self.messages: list[Message] = []
         self._changed = asyncio.Event()
         self._gate: asyncio.Event | None = None
+        # Set once a send waits for a client that stopped reading.
+        self.send_blocked = asyncio.Event()
         self._block_after: int | None = None
         scope = {
             "type": "http",
@@ -84,6 +86,11 @@ class Exchange:
         self._block_after = body_messages
         self._gate = asyncio.Event()
 
+    def read_again(self) -> None:
+        """The client reads again: blocked sends go through."""
+        assert self._gate is not None
+        self._gate.set()
+
     async def _receive(self) -> Message:
         return await self._incoming.get()
 
@@ -91,6 +98,7 @@ class Exchange:
         if message["type"] == "http.response.body" and self._gate is not None:
             sent = sum(1 for m in self.messages if m["type"] == "http.response.body")
             if self._block_after is not None and sent >= self._block_after:
+                self.send_blocked.set()
                 await self._gate.wait()
         self.messages.append(message)
         self._changed.set()
