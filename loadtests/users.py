@@ -37,7 +37,9 @@ def _on_start(environment: Environment, **_: Any) -> None:
     if not model:
         import requests
 
-        listed = requests.get(f"{environment.host}/v1/models", timeout=10).json()
+        listed = requests.get(
+            f"{environment.host}/v1/models", headers=auth_headers(), timeout=10
+        ).json()
         model = listed["data"][0]["id"]
     _settings.update(
         model=model,
@@ -54,6 +56,13 @@ def _on_start(environment: Environment, **_: Any) -> None:
 def _on_stop(**_: Any) -> None:
     if _records is not None:
         _records.close()
+
+
+def auth_headers() -> dict[str, str]:
+    """``LOAD_API_KEY``: the key every user sends (a gateway with a keys
+    file answers keyless requests 401)."""
+    key = os.environ.get("LOAD_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class StreamingUser(HttpUser):
@@ -90,7 +99,7 @@ class StreamingUser(HttpUser):
             with self.client.post(
                 "/v1/chat/completions",
                 json=body,
-                headers=self.headers(),
+                headers={**auth_headers(), **self.headers()},
                 stream=True,
                 catch_response=True,
                 name=self.label,
