@@ -15,6 +15,7 @@ from typing import Literal
 from app.errors import GatewayError, Outcome
 from app.identity import Identity
 from app.metrics import GatewayMetrics
+from app.request_id import current_request_id
 
 Phase = Literal["receiving", "queued", "waiting_first_token", "streaming", "non_streaming"]
 
@@ -51,6 +52,19 @@ class Telemetry:
             if rec.used_tokens:
                 m.tenant_tokens.labels(rec.tenant, "used").inc(rec.used_tokens)
         access_log.info("request finished", extra={"fields": rec.log_fields()})
+
+    def uncounted(self, route: str, status: int, arrival: float, key_id: str | None) -> None:
+        """The access-log line of an API request that has no outcome to count
+        (``/v1/models``): who asked, the answer, how long it took."""
+        fields = {
+            "request_id": current_request_id.get(),
+            "arrival_ts": round(time.time() - (time.perf_counter() - arrival), 4),
+            "route": route,
+            "key_id": key_id,
+            "status": status,
+            "total_s": round(time.perf_counter() - arrival, 4),
+        }
+        access_log.info("request finished", extra={"fields": fields})
 
 
 @dataclass(eq=False)

@@ -98,3 +98,16 @@ async def test_the_access_log_names_the_model_the_engine_and_a_retry(
     served = "b:8000" if second is b else "a:8000"
     assert first is not second
     assert (line["model"], line["engine"], line["retried"]) == (MODEL, served, True)
+
+
+async def test_a_model_list_request_has_its_access_log_line_and_no_outcome(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with in_process_gateway() as gateway:
+        caplog.set_level(logging.INFO, logger="gateway.access")
+        listed = await gateway.request("/v1/models", b"", method="GET").done()
+        assert listed.status == 200
+        assert gateway.metric("gateway_requests_total") == 0
+    (line,) = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
+    assert (line["route"], line["status"]) == ("models", 200)
+    assert line["total_s"] >= 0
