@@ -3,18 +3,30 @@
 Nothing is read at import time: ``get_settings()`` builds the object on first
 use and caches it; tests build their own ``Settings(...)`` and pass it to
 ``create_app``.
+
+An empty variable is the same as an unset one (its default): compose passes
+every setting as ``${GATEWAY_NAME:-}``, so an operator's ``.env`` reaches the
+gateway and an absent one leaves the default here, its only home. The prefix
+is the gateway's alone: a ``GATEWAY_*`` variable that names no setting is a
+mistake, reported at start-up with the closest name (``unknown_variables``).
 """
 
+import difflib
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PREFIX = "GATEWAY_"
+_MASK = "***"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GATEWAY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore", env_ignore_empty=True)
 
     # Where the gateway listens and where the engine is.
     host: str = "127.0.0.1"
@@ -24,6 +36,10 @@ class Settings(BaseSettings):
     upstream_url: str = "http://127.0.0.1:8001"
     upstream_urls: str | None = None
     upstream_dns_interval: float = Field(5.0, gt=0)
+    # The engines' own key (vLLM's --api-key), sent as ``Authorization:
+    # Bearer`` on every call to them. A client's Authorization never goes
+    # upstream: it is the gateway's to check (``keys_file``).
+    upstream_api_key: SecretStr | None = None
     # Routing among engines where a request fits: least loaded, or prefix
     # affinity with bounded load (no engine above ``routing_load_factor``
     # times its share of the fleet's requests).
@@ -139,3 +155,56 @@ def default(name: str) -> Any:
 
 def get_settings() -> Settings:
     return Settings()
+
+
+def variable(name: str) -> str:
+    """The environment variable of a setting: ``queue_timeout`` → ``GATEWAY_QUEUE_TIMEOUT``."""
+    return PREFIX + name.upper()
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str | None]]:
+    """``GATEWAY_*`` variables that name no setting, each with the closest
+    setting's variable (None when none is close), in name order. Names are
+    compared without the prefix, which every one shares."""
+    known = [name.upper() for name in Settings.model_fields]
+    found = []
+    # Read as pydantic-settings reads them: whatever the case.
+    for name in sorted(environ):
+        upper = name.upper()
+        if upper.startswith(PREFIX) and upper.removeprefix(PREFIX) not in known:
+            close = difflib.get_close_matches(upper.removeprefix(PREFIX), known, n=1)
+            found.append((name, PREFIX + close[0] if close else None))
+    return found
+
+
+def effective_settings(settings: Settings) -> list[tuple[str, str]]:
+    """Every setting by its variable, as an env file would carry it (unset = empty),
+    with the upstream key and the Redis URL's password masked."""
+    return [
+        (variable(name), _shown(name, getattr(settings, name))) for name in Settings.model_fields
+    ]
+
+
+def _shown(name: str, value: object) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, SecretStr):
+        return _MASK
+    if isinstance(value, bool):
+        return str(value).lower()
+    if name == "redis_url" and isinstance(value, str):
+        return masked_url(value)
+    return str(value)
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password, if any, replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{user}:{_MASK}@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -14,6 +14,9 @@ the engine's own if it sent one, else the gateway's ``retry_after_unavailable``.
 vLLM sends none: its queue caps (``--max-num-queued-reqs``,
 ``--max-num-queued-tokens``) answer a bare 503.
 
+With ``upstream_api_key`` set, every call carries it as the engine's
+``Authorization: Bearer``; a client's own headers are never passed on.
+
 The client notes when each engine last sent a request's bytes (headers or
 body): traffic in flight is evidence that the engine is alive, which the
 monitor weighs against a health check that is late under load.
@@ -63,6 +66,7 @@ class EngineClient:
             timeout=self._stream_timeout,
             transport=transport
             or engine_transport(settings.upstream_max_connections, settings.upstream_max_keepalive),
+            headers=_engine_key(settings),
         )
 
     async def open(
@@ -119,6 +123,14 @@ class EngineClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+
+def _engine_key(settings: Settings) -> dict[str, str]:
+    """The engines' own key (vLLM's --api-key) on every call: completions,
+    health, models and metrics alike. Only this client's headers and the
+    ones each call names go upstream, never the client's."""
+    key = settings.upstream_api_key
+    return {"authorization": f"Bearer {key.get_secret_value()}"} if key else {}
 
 
 async def close_quietly(response: httpx.Response) -> None:
