@@ -136,6 +136,10 @@ class Settings(BaseSettings):
     admin_port: int | None = Field(None, ge=0, le=65535)
 
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # Both logs, the application's (stderr) and the access log (stdout): one
+    # JSON object a line (what log pipelines read; the access log always
+    # was), or a line of text each (for reading in a terminal).
+    log_format: Literal["json", "text"] = "json"
 
     @model_validator(mode="after")
     def _grace_fits_in_shutdown(self) -> "Settings":

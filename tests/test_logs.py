@@ -1,0 +1,62 @@
+"""Both logs in the one format ``GATEWAY_LOG_FORMAT`` chooses: a JSON object
+a line, or a line of text each (run in a subprocess: logging is the
+process's)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from deploy.local import ROOT
+
+PROBE = """
+import logging, sys
+from app.logs import configure_logging
+configure_logging("info", sys.argv[1])
+logging.getLogger("gateway").warning("engine %s is up", "e:8000")
+fields = {"request_id": "r1", "route": "chat", "status": 200, "retried": False,
+          "error": None, "model": "tiny model"}
+logging.getLogger("gateway.access").info("request finished", extra={"fields": fields})
+"""
+
+
+def run(log_format: str) -> tuple[str, str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, log_format],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stderr.strip(), done.stdout.strip()
+
+
+def test_json_makes_both_logs_one_object_a_line() -> None:
+    app, access = run("json")
+    line = json.loads(app)
+    assert (line["level"], line["logger"], line["message"]) == (
+        "warning",
+        "gateway",
+        "engine e:8000 is up",
+    )
+    assert line["request_id"] == "-"
+    fields = json.loads(access)
+    assert (fields["request_id"], fields["status"], fields["retried"]) == ("r1", 200, False)
+    assert fields["error"] is None
+    assert fields["ts"].endswith("Z")
+
+
+def test_text_makes_both_logs_lines_of_text() -> None:
+    app, access = run("text")
+    assert app.endswith("WARNING gateway [-] engine e:8000 is up")
+    assert " access request_id=r1 route=chat status=200 retried=false " in access + " "
+    assert 'model="tiny model"' in access
+    assert "error=" not in access  # empty fields are left out
+    for line in (app, access):
+        try:
+            json.loads(line)
+        except ValueError:
+            continue
+        raise AssertionError(f"a JSON line in the text format: {line}")
