@@ -59,9 +59,10 @@ def running_gateway(
 
 def access_log(gateway: Gateway) -> list[dict[str, Any]]:
     """The gateway's access log so far: one JSON object per finished request
-    (the only lines of its log that are JSON objects)."""
-    return [
+    (its application log's JSON lines name their ``logger``; these do not)."""
+    lines = [
         json.loads(line)
         for line in gateway.process.log_text().splitlines()
         if line.startswith('{"ts"')
     ]
+    return [line for line in lines if "logger" not in line]
