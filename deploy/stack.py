@@ -3,17 +3,23 @@
 The engines (vLLM on the CPU with the tiny model), the gateways once an engine
 answers, Redis when there are several gateways, and Prometheus when its
 binary is installed. honcho runs them, each in its own process group; Ctrl-C
-or SIGTERM stops all of them, and anything still running a few seconds later
-is killed with its whole group (vLLM's engine core included).
+or SIGTERM stops all of them, and anything still running once the gateways'
+shutdown timeout has passed is killed with its whole group (vLLM's engine
+core included).
 
 ``ENGINE_REPLICAS`` engines listen on ``ENGINE_PORT`` + 10·i (8001, 8011, …),
-``GATEWAY_REPLICAS`` gateways on ``GATEWAY_PORT`` + 10·i (8000, 8010, …), each
+``GATEWAYS`` gateways on ``GATEWAY_PORT`` + 10·i (8000, 8010, …), each
 with its admin listener (``/metrics``) on ``ADMIN_PORT`` + i (9100 + i) when
 there are several;
 Redis on ``REDIS_PORT`` (6379). Prometheus on ``PROMETHEUS_PORT`` (9090).
 Engine size from ENGINE_KV_BLOCKS, ENGINE_MAX_NUM_SEQS and ENGINE_MODEL_NAME.
 On a small machine every engine shares the engine cores (``ENGINE_CPUS``):
 the last core stays for the gateways and their clients.
+
+Every ``GATEWAY_*`` variable of the caller reaches every gateway as it is
+(``make up GATEWAY_QUEUE_TIMEOUT=5``); the stack itself sets only what it
+owns (ports, the engines, Redis) and, unless the caller does, the gateways'
+sequence cap to the engine's.
 """
 
 import os
@@ -22,12 +28,20 @@ import shutil
 import sys
 from pathlib import Path
 
+import honcho.manager
 import yaml
 from honcho.manager import Manager
+
+from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMETHEUS_TEMPLATE = ROOT / "deploy" / "prometheus" / "prometheus.local.yml"
 ADMIN_PORT = 9100
+# vLLM's --max-num-seqs on the CPU when ENGINE_MAX_NUM_SEQS leaves it unset.
+CPU_ENGINE_MAX_NUM_SEQS = 128
+# After the gateways' shutdown timeout, how long honcho still waits before it
+# kills what is left.
+KILL_MARGIN_SECONDS = 5.0
 
 
 def prometheus_config(engines: list[str], gateways: list[str], rules_dir: Path) -> str:
@@ -41,6 +55,26 @@ def prometheus_config(engines: list[str], gateways: list[str], rules_dir: Path) 
     return dumped
 
 
+def gateway_environment(env: dict[str, str], engine_urls: list[str]) -> dict[str, str]:
+    """What every local gateway runs with: the caller's environment, every
+    ``GATEWAY_*`` in it as it is, the engines, and where the caller sets none,
+    as many sequences at once as the engine runs (the settings' default, 256,
+    is the GPU engine's; the CPU engine runs 128 unless told otherwise)."""
+    seqs = env.get("ENGINE_MAX_NUM_SEQS") or str(CPU_ENGINE_MAX_NUM_SEQS)
+    return {
+        "GATEWAY_MAX_CONCURRENCY": seqs,
+        **env,
+        "GATEWAY_UPSTREAM_URLS": ",".join(engine_urls),
+    }
+
+
+def kill_wait(settings: Settings) -> float:
+    """How long honcho waits, once a process has stopped, before it kills
+    the rest: until the gateways' shutdown timeout has passed (honcho's own
+    5 s is shorter than any drain worth having)."""
+    return settings.shutdown_timeout + KILL_MARGIN_SECONDS
+
+
 def main() -> int:
     env = dict(os.environ)
     engine_port = int(env.setdefault("ENGINE_PORT", "8001"))
@@ -49,10 +83,10 @@ def main() -> int:
     redis_port = env.get("REDIS_PORT", "6379")
     admin_port = int(env.get("ADMIN_PORT", str(ADMIN_PORT)))
     engines = int(env.get("ENGINE_REPLICAS", "1"))
-    gateways = int(env.get("GATEWAY_REPLICAS", "1"))
+    gateways = int(env.get("GATEWAYS", "1"))
     engine_urls = [f"http://127.0.0.1:{engine_port + 10 * i}" for i in range(engines)]
-    # honcho gives the gateway about 5 s after SIGTERM before it kills it.
-    env.setdefault("GATEWAY_DRAIN_GRACE_SECONDS", "3")
+    # A module global honcho's loop reads.
+    honcho.manager.KILL_WAIT = kill_wait(Settings())
     python = shlex.quote(sys.executable)
     manager = Manager()
 
@@ -64,11 +98,11 @@ def main() -> int:
             cwd=str(ROOT),
         )
 
-    gateway_env = {**env, "GATEWAY_UPSTREAM_URLS": ",".join(engine_urls)}
+    gateway_env = gateway_environment(env, engine_urls)
     if gateways > 1:
         redis = shutil.which("redis-server")
         if redis is None:
-            print("GATEWAY_REPLICAS > 1 needs redis-server (apt-get install redis-server)")
+            print("GATEWAYS > 1 needs redis-server (apt-get install redis-server)")
             return 2
         gateway_env["GATEWAY_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
         manager.add_process(

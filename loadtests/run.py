@@ -64,11 +64,11 @@ def main() -> int:
     parser.add_argument("--shape", choices=SHAPES, default="degradation")
     parser.add_argument("--target", choices=("gateway", "direct"), default="gateway")
     parser.add_argument(
-        "--gateway-url", default=os.environ.get("GATEWAY_URL", "http://127.0.0.1:8000")
+        "--gateway-url", default=os.environ.get("LOAD_GATEWAY_URL", "http://127.0.0.1:8000")
     )
     parser.add_argument(
         "--gateway-metrics-url",
-        default=os.environ.get("GATEWAY_METRICS_URL"),
+        default=os.environ.get("LOAD_GATEWAY_METRICS_URL"),
         help="where the gateway serves /metrics (its admin listener when"
         " GATEWAY_ADMIN_PORT is set; default: --gateway-url)",
     )

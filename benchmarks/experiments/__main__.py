@@ -36,7 +36,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
     env = os.environ
     parser.add_argument("--engine-url", default=env.get("ENGINE_URL", "http://127.0.0.1:8001"))
-    parser.add_argument("--gateway-url", default=env.get("GATEWAY_URL", "http://127.0.0.1:8000"))
+    parser.add_argument(
+        "--gateway-url", default=env.get("EXPERIMENTS_GATEWAY_URL", "http://127.0.0.1:8000")
+    )
     parser.add_argument(
         "--prometheus-url", default=env.get("PROMETHEUS_URL", "http://127.0.0.1:9090")
     )

@@ -1,5 +1,5 @@
 """``make up``'s runner: the whole local stack starts, serves, and stops clean
-(here with two gateway replicas sharing Redis, ``GATEWAY_REPLICAS=2``)."""
+(here with two gateway replicas sharing Redis, ``GATEWAYS=2``)."""
 
 import json
 import signal
@@ -22,7 +22,7 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         **{name: str(port) for name, port in ports.items()},
         "ADMIN_PORT": str(admin),
         "ENGINE_KV_BLOCKS": "24",
-        "GATEWAY_REPLICAS": "2",
+        "GATEWAYS": "2",
     }
     stack = ManagedProcess("stack", [sys.executable, "deploy/stack.py"], env, tmp_path)
     gateway = f"http://127.0.0.1:{ports['GATEWAY_PORT']}"
