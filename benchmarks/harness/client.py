@@ -30,6 +30,9 @@ class Call:
     first_token: float | None = None
     completion_tokens: int = 0
     prompt_tokens: int | None = None
+    # Content events of a stream: more tokens than events means the sender
+    # merged tokens into one chunk (vLLM does when its reader falls behind).
+    events: int = 0
     gaps: list[float] = field(default_factory=list)
     retry_after: float | None = None
     request_id: str = ""
@@ -96,6 +99,7 @@ class Client:
         call.finished = time.perf_counter()
         call.first_token = meter.first_token
         call.completion_tokens = meter.completion_tokens or 0
+        call.events = meter.content_events
         call.gaps = meter.gaps
         if meter.completion_tokens is None:
             call.status = -2  # the stream ended without its usage chunk

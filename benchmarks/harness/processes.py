@@ -102,9 +102,11 @@ class Processes:
         kv_blocks: int | None = None,
         kv_space_gib: int = 1,
         max_num_seqs: int | None = None,
+        cpus: str | None = None,
     ) -> Service:
         """An engine (``deploy/engine/run-cpu.sh``: CPU build, tiny model,
-        pinned to ``ENGINE_CPUS``); call ``wait_ready`` before using it."""
+        pinned to ``cpus``, default ``ENGINE_CPUS`` or the launcher's all
+        cores but the last); call ``wait_ready`` before using it."""
         port = free_port()
         env = {
             "ENGINE_PORT": str(port),
@@ -113,6 +115,8 @@ class Processes:
             "ENGINE_MAX_NUM_SEQS": "" if max_num_seqs is None else str(max_num_seqs),
             "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
         }
+        if cpus is not None:
+            env["ENGINE_CPUS"] = cpus
         proc = self._start(name, ["deploy/engine/run-cpu.sh"], env)
         return Service(name, f"http://127.0.0.1:{port}", proc)
 
@@ -129,6 +133,25 @@ class Processes:
         full = {"GATEWAY_HOST": "127.0.0.1", "GATEWAY_PORT": str(port), **env}
         proc = self._start(name, argv, full)
         return Service(name, f"http://127.0.0.1:{port}", proc, ready="/health/ready")
+
+    def router(self, name: str, worker_urls: Iterable[str], args: Iterable[str] = ()) -> Service:
+        """vLLM's own router (``vllm-router``, Rust; the ``bench`` extra) in
+        front of ``worker_urls``; call ``wait_ready`` before using it."""
+        binary = Path(sys.executable).parent / "vllm-router"
+        if not binary.exists():
+            raise RuntimeError(
+                f"{binary} is missing: install the benchmarks' extra"
+                " (`.venv/bin/pip install -r requirements/bench.lock`; `make bench-overhead` does)"
+            )
+        port, metrics_port = free_port(), free_port()
+        argv = [str(binary), "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["--worker-urls", *worker_urls]
+        # Its metrics listen on a port of their own (29000 unless told), and
+        # it checks a worker's start-up every 30 s unless told.
+        argv += ["--prometheus-port", str(metrics_port), "--worker-startup-check-interval", "1"]
+        argv += ["--log-level", "warning", *args]
+        proc = self._start(name, argv, {})
+        return Service(name, f"http://127.0.0.1:{port}", proc)
 
     def redis(self, name: str = "redis") -> str:
         """A Redis server (``redis-server``) with no persistence; its URL."""
