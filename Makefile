@@ -103,6 +103,7 @@ lock:
 	$(VENV)/bin/pip install --quiet uv
 	$(VENV)/bin/uv pip compile pyproject.toml -o requirements/runtime.lock --python-version 3.11 --no-header --quiet
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev -c requirements/runtime.lock -o requirements/dev.lock --python-version 3.11 --no-header --quiet
+	$(VENV)/bin/uv pip compile pyproject.toml --extra bench -c requirements/dev.lock -o requirements/bench.lock --python-version 3.11 --no-header --quiet
 
 clean:
 	rm -rf $(VENV) $(ENGINE_VENV) .models reports
@@ -127,7 +128,13 @@ experiments: $(VENV)/.ready
 bench: setup
 	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
 
-bench-overhead: setup
+# The benchmarks' own extra (vllm-router, the peer bench-overhead runs beside
+# the gateway), installed into the dev venv the first time it is needed.
+$(VENV)/.bench-ready: $(VENV)/.ready requirements/bench.lock
+	$(VENV)/bin/pip install --quiet -r requirements/bench.lock
+	touch $@
+
+bench-overhead: setup $(VENV)/.bench-ready
 	$(VENV)/bin/python -m benchmarks.overhead $(BENCH_ARGS)
 
 bench-limits: setup
