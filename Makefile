@@ -134,6 +134,8 @@ $(VENV)/.bench-ready: $(VENV)/.ready requirements/bench.lock
 	$(VENV)/bin/pip install --quiet -r requirements/bench.lock
 	touch $@
 
+# --layout pinned|unpinned|both (default unpinned), --parts rows,profile,
+# overload,vllm-bench (vLLM's own client, run from the engine's venv).
 bench-overhead: setup $(VENV)/.bench-ready
 	$(VENV)/bin/python -m benchmarks.overhead $(BENCH_ARGS)
 

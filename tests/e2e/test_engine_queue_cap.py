@@ -18,7 +18,6 @@ default, so the Retry-After the client gets can only be the gateway's setting.
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
@@ -28,6 +27,7 @@ from deploy.local import free_port
 from tests.support.engines import MODEL, Engine, running_engine
 from tests.support.fake_engine import FakeEngine
 from tests.support.gateways import Gateway, running_gateway
+from tests.support.wait import wait_for
 
 QUEUE_CAP = 1
 MAX_MODEL_LEN = 512
@@ -70,11 +70,12 @@ def refusals(engine: Engine) -> float:
 
 
 async def wait_until_full(http: httpx.AsyncClient) -> None:
-    deadline = time.monotonic() + 60
-    while (probe := await http.post("/v1/completions", json=PROBE)).status_code != 503:
-        assert probe.status_code == 400, probe.text
-        assert time.monotonic() < deadline, "the engine never refused a request for its full queue"
-        await asyncio.sleep(0.05)
+    async def full() -> bool:
+        probe = await http.post("/v1/completions", json=PROBE)
+        assert probe.status_code in (400, 503), probe.text
+        return probe.status_code == 503
+
+    assert await wait_for(full, timeout=60), "the engine never refused a request for its full queue"
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,7 @@ from deploy.local import scrape
 from tests.support.engines import MODEL, Engine
 from tests.support.gateways import Gateway, access_log, running_gateway
 from tests.support.keys import Entry, key_entry, keys_in, write_keys_file
-from tests.support.wait import wait_until
+from tests.support.wait import wait_for, wait_until
 
 WINDOW = 10
 TOKENS_PER_WINDOW = 3000
@@ -89,11 +89,14 @@ async def test_missing_wrong_and_revoked_keys_never_reach_the_engine(
                 return error.status_code == 401
         return False
 
-    for _ in range(300):
-        if await refused():
-            break
-        await asyncio.sleep(0.1)
+    async def revoked() -> bool:
+        """Refused, counting the engine's requests before the attempt: each
+        attempt before the file was read again reached the engine."""
+        nonlocal before
         before = engine_requests(idle_engine)
+        return await refused()
+
+    assert await wait_for(revoked, timeout=30, interval=0.1)
     assert await refused()
     assert engine_requests(idle_engine) == before
 
@@ -126,11 +129,7 @@ async def test_a_key_added_to_the_file_works_without_a_restart(
                 return False
         return True
 
-    for _ in range(300):
-        if await works():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("the new key was never accepted")
+    assert await wait_for(works, timeout=30, interval=0.1), "the new key was never accepted"
 
 
 async def test_a_thousand_bogus_keys_are_a_thousand_401s_and_no_new_series(

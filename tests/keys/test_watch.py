@@ -2,18 +2,12 @@
 
 import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from app.keys.ring import KeyRing
 from app.keys.watch import KeysWatcher
 from tests.support.keys import Entry, key_entry, write_keys_file
-
-
-async def until(check: Callable[[], bool]) -> None:
-    """Poll while the watcher's own loop runs (it polls the file)."""
-    while not check():  # noqa: ASYNC110 - a file change has no event to wait on
-        await asyncio.sleep(0.01)
+from tests.support.wait import wait_for
 
 
 def entry(key_id: str, key: str) -> Entry:
@@ -30,11 +24,11 @@ async def test_a_changed_file_is_picked_up_and_a_broken_one_is_not(tmp_path: Pat
     task = asyncio.create_task(watcher.run())
     try:
         write_keys_file(path, [entry("one", "k1"), entry("two", "k2")])
-        await until(lambda: bool(seen))
+        assert await wait_for(lambda: bool(seen), timeout=30)
         assert watcher.ring.lookup("k2") is not None
         path.write_text("keys: [broken")
         os.utime(path, ns=(1, 1))  # a change even on a coarse clock
-        await until(lambda: bool(failures))
+        assert await wait_for(lambda: bool(failures), timeout=30)
         assert watcher.ring.lookup("k2") is not None
         assert len(seen) == 1
     finally:

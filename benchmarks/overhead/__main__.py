@@ -1,0 +1,3 @@
+from benchmarks.overhead.main import main
+
+main()

@@ -1,0 +1,230 @@
+"""The overhead benchmark's tables: rows, overload and ``vllm bench serve``
+per layout, the profiles, and two results side by side (``--compare``)."""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import ms, num, sections, table
+from benchmarks.overhead.profile import profile_table
+from benchmarks.overhead.targets import NAMES, TARGETS, layout_note
+
+
+def spread_text(s: dict[str, float] | None, digits: int = 2, scale: float = 1.0) -> str:
+    """A median and its spread across rounds: ``0.93 (0.90–0.95)``."""
+    if s is None:
+        return "-"
+    med, lo, hi = (f"{s[k] * scale:,.{digits}f}" for k in ("median", "min", "max"))
+    return med if lo == hi else f"{med} ({lo}–{hi})"
+
+
+def rows_table(agg: list[dict[str, Any]]) -> str:
+    headers = [
+        "users",
+        "target",
+        "tok/s",
+        "ratio to direct",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "p99 per round ms",
+        "added p99 ms",
+        "ITL p50 ms",
+        "ITL p99 ms",
+        "tokens per chunk",
+        "relay CPU-s/1k tok",
+        "relay CPU-s/1k chunks",
+        "vLLM API server CPU-s/1k tok",
+        "client CPU-s/1k tok",
+        "preempt",
+        "errors",
+    ]
+    body = []
+    for a in agg:
+        direct = a["target"] == "direct"
+        body.append(
+            [
+                a["row"],
+                NAMES[a["target"]],
+                spread_text(a["tokens_per_s"], 0),
+                "-" if direct else spread_text(a["ratio"]),
+                ms(a["ttft_p50"]),
+                ms(a["ttft_p99"]),
+                spread_text(a["ttft_p99_rounds"], 0, 1000),
+                "-" if direct else ms(a["added_ttft_p99"]),
+                ms(a["itl_p50"], 2),
+                ms(a["itl_p99"], 2),
+                spread_text(a["tokens_per_event"]),
+                "-" if direct else spread_text(a["proxy_cpu_per_1k"], 3),
+                "-" if direct else spread_text(a.get("proxy_cpu_per_1k_chunks"), 3),
+                spread_text(a["engine_api_cpu_per_1k"], 3),
+                spread_text(a["client_cpu_per_1k"], 3),
+                num(a["preemptions"]),
+                str(a["errors"]),
+            ]
+        )
+    return table(headers, body)
+
+
+def overload_table(results: list[dict[str, Any]]) -> str:
+    headers = [
+        "target",
+        "served/sent",
+        "429s",
+        "other errors",
+        "tok/s",
+        "served TTFT p50 s",
+        "served TTFT p99 s",
+        "engine waiting mean/max",
+        "gateway queue mean/max",
+        "engine running mean",
+        "preempt",
+    ]
+    body = []
+    for r in results:
+        queue = f"{num(r['gateway_queue_mean'], 1)} / {num(r['gateway_queue_max'])}"
+        body.append(
+            [
+                NAMES[r["target"]],
+                f"{r['served']}/{r['sent']}",
+                str(r["rejected_429"]),
+                str(r["other_errors"]),
+                num(r["tokens_per_s"]),
+                num(r["ttft_p50"], 2),
+                num(r["ttft_p99"], 2),
+                f"{num(r['engine_waiting_mean'], 1)} / {num(r['engine_waiting_max'])}",
+                queue if r["gateway_queue_max"] is not None else "-",
+                num(r["engine_running_mean"], 1),
+                num(r["preemptions"]),
+            ]
+        )
+    return table(headers, body)
+
+
+def vllm_bench_table(results: list[dict[str, Any]]) -> str:
+    """Per target, each seed's figure (seeds in order, `/` between); the
+    ratio is to the direct run of the same seed."""
+    seeds = sorted({r["seed"] for r in results})
+    by = {(r["target"], r["seed"]): r for r in results}
+
+    def per_seed(target: str, key: str, fmt: str, base: bool = False) -> str:
+        cells = []
+        for seed in seeds:
+            r, d = by.get((target, seed), {}), by.get(("direct", seed), {})
+            value, direct = r.get(key), d.get(key)
+            if base:
+                value = value / direct if value is not None and direct else None
+            cells.append("-" if value is None else format(value, fmt))
+        return " / ".join(cells)
+
+    headers = ["target", "output tok/s", "ratio to direct", "TTFT p50 ms", "TTFT p99 ms"]
+    headers += ["ITL p99 ms", "completed", "failed", "errors"]
+    body = []
+    for target in TARGETS:
+        if not any(t == target for t, _ in by):
+            continue
+        errors = [by[(target, s)].get("error", "") for s in seeds if (target, s) in by]
+        body.append(
+            [
+                NAMES[target],
+                per_seed(target, "output_throughput", ",.0f"),
+                "-" if target == "direct" else per_seed(target, "output_throughput", ".2f", True),
+                per_seed(target, "median_ttft_ms", ".1f"),
+                per_seed(target, "p99_ttft_ms", ".1f"),
+                per_seed(target, "p99_itl_ms", ".1f"),
+                per_seed(target, "completed", "d"),
+                per_seed(target, "failed", "d"),
+                "; ".join(e for e in errors if e) or "-",
+            ]
+        )
+    return table(headers, body)
+
+
+def render(result: dict[str, Any], args: argparse.Namespace) -> str:
+    parts = []
+    source = f"gateway source {result['gateway_src']} ({result['gateway_commit']})"
+    for layout, data in result.get("layouts", {}).items():
+        where = f"{layout}: {layout_note(layout)}; {source}"
+        if "rows" in data:
+            parts.append(
+                f"Overhead, {where}. Closed-loop users, max_tokens {args.max_tokens}, ignore_eos,"
+                f" {args.repeats} rounds of {args.seconds:g} s (measured after the first"
+                f" {min(2.0, args.seconds / 5):g} s); each figure the median of the rounds"
+                " (min–max), ratios paired with the direct run of the same round\n\n"
+                + rows_table(data["rows"])
+            )
+        for target, profile in data.get("profile", {}).items():
+            parts.append(
+                f"py-spy, {layout}, {NAMES[target]}, {args.profile_streams} streams,"
+                f" {args.profile_seconds:g} s: {profile['samples']} samples, busy"
+                f" {profile['busy_share']:.0%} of wall time\n\n" + profile_table(profile)
+            )
+        if "overload" in data:
+            parts.append(
+                f"Overload, {where}. {args.overload_users} closed-loop users, max_tokens"
+                f" {args.overload_max_tokens}, {args.overload_seconds:g} s, engine"
+                f" --max-num-seqs {args.max_num_seqs}\n\n" + overload_table(data["overload"])
+            )
+        if "vllm_bench" in data:
+            parts.append(
+                f"vllm bench serve, {where}. Random dataset {args.vllm_bench_input_len} in /"
+                f" {args.vllm_bench_output_len} out (ignore_eos), {args.vllm_bench_prompts}"
+                f" prompts at concurrency {args.vllm_bench_concurrency}, seeds"
+                f" {' / '.join(map(str, args.vllm_bench_seeds))}\n\n"
+                + vllm_bench_table(data["vllm_bench"])
+            )
+    return sections(parts)
+
+
+def layouts_of(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's layouts; a result from before layouts were measured (its
+    rows at the top) is the pinned one, as the launcher pinned it then."""
+    return result.get("layouts") or {"pinned": result}
+
+
+def _ratio(a: dict[str, Any]) -> float | None:
+    ratio = a.get("ratio")
+    return ratio.get("median") if isinstance(ratio, dict) else ratio
+
+
+def _cpu(a: dict[str, Any]) -> float | None:
+    cpu = a.get("proxy_cpu_per_1k", a.get("gateway_cpu_per_1k"))
+    return cpu.get("median") if isinstance(cpu, dict) else cpu
+
+
+def compare(before_path: str, after_path: str) -> str:
+    """Two results (e.g. an older commit and this one) side by side, layout
+    by layout."""
+    before, after = (json.loads(Path(p).read_text()) for p in (before_path, after_path))
+    old_layouts = layouts_of(before)
+    headers = ["layout", "users", "target", "ratio before", "ratio after"]
+    headers += ["added TTFT p50 ms before", "after", "ITL p50 ms before", "after"]
+    headers += ["relay CPU-s/1k before", "after"]
+    body = []
+    for layout, data in layouts_of(after).items():
+        old = old_layouts.get(layout, {})
+        index = {(a["row"], a["target"]): a for a in old.get("rows", [])}
+        for a in data.get("rows", []):
+            if a["target"] == "direct":
+                continue
+            b = index.get((a["row"], a["target"]), {})
+            body.append(
+                [
+                    layout,
+                    a["row"],
+                    NAMES[a["target"]],
+                    num(_ratio(b), 2),
+                    num(_ratio(a), 2),
+                    ms(b.get("added_ttft_p50"), 2),
+                    ms(a["added_ttft_p50"], 2),
+                    ms(b.get("itl_p50"), 2),
+                    ms(a["itl_p50"], 2),
+                    num(_cpu(b), 3),
+                    num(_cpu(a), 3),
+                ]
+            )
+    return (
+        f"before: {before.get('gateway_commit')}  after: {after.get('gateway_commit')}\n\n"
+        + table(headers, body)
+        + "\n"
+    )

@@ -1,0 +1,120 @@
+"""What the overhead benchmark measures against: one engine laid out on the
+cores as asked, and in front of it vLLM's own router and two gateways
+(admission off and on); each target's URL and the CPU of the process that
+relays for it."""
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import (
+    Bench,
+    Processes,
+    Service,
+    cpu_seconds,
+    own_cpu,
+    tree_cpu,
+    wait_ready,
+)
+from loadtests.prompts import PromptFactory
+
+TARGETS = ("direct", "router", "off", "on")
+NAMES = {
+    "direct": "vLLM direct",
+    "router": "vllm-router",
+    "off": "gateway, admission off",
+    "on": "gateway, admission on",
+}
+LAYOUTS = ("unpinned", "pinned")
+GATEWAYS = {"off": {"GATEWAY_ADMISSION": "off"}, "on": {}}
+
+
+def engine_cpus(layout: str) -> str:
+    """The engine launcher's ``ENGINE_CPUS`` for a layout: *pinned* as
+    ``make up`` pins it (every core but the last, which the proxies and the
+    client then have to themselves), *unpinned* on every core, shared with
+    them."""
+    last = (os.cpu_count() or 2) - 1
+    if layout == "pinned":
+        return "0" if last <= 1 else f"0-{last - 1}"
+    return f"0-{last}"
+
+
+def layout_note(layout: str) -> str:
+    cpus = engine_cpus(layout)
+    if layout == "pinned":
+        return f"engine pinned to CPU {cpus} (as `make up`), proxies and client on the rest"
+    return f"not pinned: engine, proxies and client share CPUs {cpus}"
+
+
+@dataclass
+class CpuSnapshot:
+    """CPU seconds so far (utime + stime from /proc) of the process that
+    relays for a target (None for vLLM direct), of vLLM's API server and of
+    this process (the client)."""
+
+    proxy: float | None
+    engine_api: float
+    client: float
+
+
+class OverheadBench(Bench):
+    """One engine and, in front of it, vllm-router and two gateways."""
+
+    def __init__(self, args: argparse.Namespace, procs: Processes, layout: str) -> None:
+        super().__init__(procs)
+        self.args = args
+        self.layout = layout
+        self.targets: list[str] = list(args.targets)
+        self.proxies: dict[str, Service] = {}
+        self.prompts = PromptFactory(seed=args.seed)
+
+    def start(self) -> None:
+        args = self.args
+        self.engines = [
+            self.procs.engine(
+                f"engine-{self.layout}",
+                kv_space_gib=args.kv_space_gib,
+                max_num_seqs=args.max_num_seqs,
+                cpus=engine_cpus(self.layout),
+            )
+        ]
+        wait_ready(self.engines)
+        extra = dict(kv.split("=", 1) for kv in args.gateway_env)
+        for target, env in GATEWAYS.items():
+            if target in self.targets:
+                self.proxies[target] = self.procs.gateway(
+                    f"gateway-{target}-{self.layout}",
+                    {"GATEWAY_UPSTREAM_URL": self.engine.url, **env, **extra},
+                    Path(args.gateway_src),
+                )
+        if "router" in self.targets:
+            self.proxies["router"] = self.procs.router(
+                f"router-{self.layout}", [self.engine.url], args.router_args.split()
+            )
+        wait_ready(self.proxies.values(), timeout=120)
+
+    def stop(self) -> None:
+        """Stop this layout's processes (the next layout starts its own)."""
+        for service in [*self.proxies.values(), *self.engines]:
+            self.procs.stop(service)
+
+    def url(self, target: str) -> str:
+        return self.engine.url if target == "direct" else self.proxies[target].url
+
+    def body(self, max_tokens: int) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": self.prompts.chat(),
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        }
+
+    def cpu(self, target: str) -> CpuSnapshot:
+        proxy = self.proxies.get(target)
+        # The launcher execs the API server: its own process, not the engine
+        # core and workers under it.
+        api = cpu_seconds([self.engine.pid]).get(self.engine.pid, 0.0)
+        return CpuSnapshot(tree_cpu(proxy.pid) if proxy else None, api, own_cpu())
