@@ -14,7 +14,6 @@ import importlib.metadata
 import os
 import re
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -22,6 +21,7 @@ import pytest
 import yaml
 from packaging.version import Version
 
+from app import __version__
 from app.settings import Settings
 from tests.deploy.compose_files import (
     BASE,
@@ -391,8 +391,9 @@ def test_the_engine_image_takes_torch_from_pytorchs_index_by_default() -> None:
 
 
 def test_the_gateway_image_carries_the_project_version(services: dict[str, Service]) -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert services["gateway"]["image"] == f"vllm-gateway:{project['version']}"
+    # Its one home; pyproject.toml reads it from there (the Kubernetes
+    # manifests name compose's image: test_k8s.py).
+    assert services["gateway"]["image"] == f"vllm-gateway:{__version__}"
     assert Path(services["gateway"]["build"]["context"]) == ROOT
 
 

@@ -1,0 +1,56 @@
+"""Running the gateway: uvicorn on the API port (and the admin port when
+set), with the drain before shutdown (app/server.py)."""
+
+import logging
+import os
+import socket
+
+import uvicorn
+
+from app.connections import guarded_protocol
+from app.drain import Drain
+from app.logs import configure_logging
+from app.main import create_app
+from app.server import DrainingServer
+from app.settings import Settings, unknown_variables
+
+log = logging.getLogger("gateway")
+
+
+def run_gateway(settings: Settings) -> None:
+    configure_logging(settings.log_level, settings.log_format)
+    report_unknown_variables()
+    drain = Drain()
+    config = uvicorn.Config(
+        create_app(settings, drain),
+        host=settings.host,
+        port=settings.port,
+        lifespan="on",
+        http=guarded_protocol(settings.head_timeout, settings.max_connections),
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=max(
+            1, int(settings.shutdown_timeout - settings.drain_grace_seconds)
+        ),
+    )
+    sockets = [_listen(settings.host, settings.port)]
+    if settings.admin_port is not None:
+        sockets.append(_listen(settings.host, settings.admin_port))
+    DrainingServer(config, drain, settings.drain_grace_seconds).run(sockets=sockets)
+
+
+def report_unknown_variables() -> None:
+    """A misspelt setting would otherwise be ignored without a word."""
+    for name, closest in unknown_variables(os.environ):
+        hint = f"; did you mean {closest}?" if closest else ""
+        log.warning("%s is not a setting of the gateway and is ignored%s", name, hint)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket (the API port, and the admin port when set)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
