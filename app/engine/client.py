@@ -23,6 +23,7 @@ monitor weighs against a health check that is late under load.
 """
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -39,6 +40,8 @@ from app.errors import (
     UpstreamUnreachable,
 )
 from app.settings import Settings
+
+log = logging.getLogger("gateway.engine")
 
 _CLOSE_TIMEOUT = 5.0
 # The engine's statuses that mean "try again later", which a gateway 503/429
@@ -62,6 +65,7 @@ class EngineClient:
         )
         self._retry_after = settings.retry_after_unavailable
         self._heard_at: dict[str, float] = {}
+        self._refused_key: set[tuple[str, str]] = set()
         self._http = httpx.AsyncClient(
             timeout=self._stream_timeout,
             transport=transport
@@ -119,7 +123,24 @@ class EngineClient:
 
     async def get(self, engine: str, path: str, *, timeout: float) -> httpx.Response:
         """A small GET (health, models, metrics); transport errors propagate as httpx errors."""
-        return await self._http.get(engine + path, timeout=timeout)
+        response = await self._http.get(engine + path, timeout=timeout)
+        self._note_key_refusal(engine, path, response.status_code)
+        return response
+
+    def _note_key_refusal(self, engine: str, path: str, status: int) -> None:
+        """An engine started with --api-key answers 401 on /v1/* without the
+        right key while its /health passes: it looks down for no visible
+        reason. Said once, until it answers otherwise."""
+        if status != 401:
+            self._refused_key.discard((engine, path))
+        elif (engine, path) not in self._refused_key:
+            self._refused_key.add((engine, path))
+            log.warning(
+                "engine %s answers 401 on %s: started with --api-key? Give the gateway that key"
+                " (GATEWAY_UPSTREAM_API_KEY)",
+                engine,
+                path,
+            )
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -6,13 +6,16 @@ In-process, against a scripted engine that notes the headers of every
 request it gets (the real engine's check, which guards /v1/* only, is
 tests/e2e/test_upstream_key.py)."""
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.support.asgi import in_process_gateway
 from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk
+from tests.support.wait import wait_for
 
 BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 4, "stream": True}
 CLIENT = {"authorization": "Bearer sk-the-clients-own"}
@@ -58,3 +61,31 @@ async def test_a_clients_authorization_never_goes_upstream() -> None:
     assert {path for path, _ in engine.seen} >= PATHS
     for path, headers in engine.seen:
         assert "authorization" not in headers, path
+
+
+@dataclass
+class KeyedEngine(HeaderNotingEngine):
+    """What vLLM started with --api-key answers a caller without its key:
+    /health and /metrics as ever, 401 on /v1/*."""
+
+    async def handle(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/v1/"):
+            self.seen.append((request.url.path, request.headers))
+            return httpx.Response(401, json={"error": "Unauthorized"})
+        return await super().handle(request)
+
+
+async def test_an_engine_refusing_the_gateways_key_is_named_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    engine = KeyedEngine()
+    with caplog.at_level(logging.WARNING, logger="gateway.engine"):
+        async with in_process_gateway(engine, health_interval=0.01):
+
+            def models_asked(times: int) -> bool:
+                return sum(path == "/v1/models" for path, _ in engine.seen) >= times
+
+            assert await wait_for(lambda: models_asked(5), timeout=60)
+    told = [r.getMessage() for r in caplog.records if "answers 401" in r.getMessage()]
+    assert len(told) == 1, told
+    assert "GATEWAY_UPSTREAM_API_KEY" in told[0]
