@@ -70,7 +70,7 @@ test: setup lint
 # system packages (tests/support/live.py says which tests need the machine).
 .PHONY: test-unit
 test-unit: $(VENV)/.ready
-	GATEWAY_TESTS_UNIT_ONLY=1 $(VENV)/bin/python -m pytest -m "not live"
+	TESTS_UNIT_ONLY=1 $(VENV)/bin/python -m pytest -m "not live"
 
 # The images built from the project's Dockerfiles and the CPU compose stack run
 # with podman and checked as a user would (tests/containers/). The setup script

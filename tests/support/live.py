@@ -40,7 +40,7 @@ LIVE_PATHS = (
     "tests/observability/test_rules.py",
     "tests/observability/test_live.py",
 )
-UNIT_RUN = "GATEWAY_TESTS_UNIT_ONLY"
+UNIT_RUN = "TESTS_UNIT_ONLY"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
