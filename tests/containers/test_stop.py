@@ -13,6 +13,7 @@ from contextlib import ExitStack
 import httpx
 import pytest
 
+from app.settings import default
 from tests.containers import podman
 from tests.containers.compose import ComposeProject
 
@@ -65,8 +66,13 @@ class Stream:
 @pytest.mark.last
 def test_compose_stop_drains_every_gateway(stack: ComposeProject) -> None:
     gateways = stack.gateways()
+    # Compose passes each setting from .env, empty when .env does not set it:
+    # the gateway's own default then.
     grace = max(
-        float(stack.services[g]["environment"].get("GATEWAY_DRAIN_GRACE_SECONDS", 20))
+        float(
+            stack.services[g]["environment"].get("GATEWAY_DRAIN_GRACE_SECONDS")
+            or default("drain_grace_seconds")
+        )
         for g in gateways
     )
     stopping: dict[str, subprocess.CompletedProcess[str]] = {}
