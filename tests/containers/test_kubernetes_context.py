@@ -4,6 +4,7 @@ cluster is at hand: the gateway image under the manifests' security context
 escalation, the keys Secret as a mounted folder) starts, answers on both its
 ports and drains on SIGTERM; every preStop command exists in its image."""
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -46,7 +47,8 @@ def gateway(rendered: Rendered, tmp_path: Path) -> Iterator[str]:
     keys = tmp_path / "keys"
     keys.mkdir(mode=0o755)
     write_keys_file(keys / Path(env["GATEWAY_KEYS_FILE"]).name, []).chmod(0o644)
-    name = f"vgw-k8s-context-{tmp_path.name.lower()}"
+    # Unique per test session: two runs on one machine share podman's names.
+    name = f"vgw-k8s-context-{os.getpid()}-{tmp_path.name.lower()}"
     argv = ["run", "--detach", "--name", name]
     argv += ["--user", f"{context['runAsUser']}:{context['runAsGroup']}"]
     if context.get("readOnlyRootFilesystem"):
