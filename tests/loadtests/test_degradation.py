@@ -79,12 +79,15 @@ def test_both_phases_direct_and_the_gateway_holding_the_engine_graceful(
     assert phases["graceful"] == [0, 1]
     assert phases["knee"] == 2
 
-    # The gateway is told the engine's --max-num-seqs, as the README advises.
+    # The gateway is told the engine's --max-num-seqs, as the README advises,
+    # and reserves worst cases only (no overcommit: see the last assertion).
     # Left to learn it, it first sends more than the engine runs and learns
     # the cap from the engine's queue: seconds of this 12 s step, more on a
     # busy machine, which would decide the engine's waiting share below (the
     # learning has tests of its own: tests/admission/test_budget.py).
-    gateway = start_gateway(idle_engine.url, max_concurrency=ENGINE_MAX_NUM_SEQS)
+    gateway = start_gateway(
+        idle_engine.url, max_concurrency=ENGINE_MAX_NUM_SEQS, overcommit_max=1.0
+    )
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=30)
     through = sweep("gateway", gateway.url, idle_engine, tmp_path / "gateway")
     last = through["steps"][-1]
@@ -97,7 +100,11 @@ def test_both_phases_direct_and_the_gateway_holding_the_engine_graceful(
     print(
         f"\npreemptions: direct {preempted_direct:.0f}, through the gateway {preempted_through:.0f}"
     )
-    # Adaptive overcommit probes for room, so a few are expected; many are not.
-    # (How many direct sees depends on how fast the machine generates within
-    # the step; that the gateway held the queue is asserted above either way.)
-    assert preempted_through <= max(preempted_direct / 4, 5)
+    # Without overcommit, admission reserves every request's worst case, so
+    # the engine never runs out of KV: no preemption at all. (With it, the
+    # default, admission probes past the budget on purpose and backs off on a
+    # preemption: how many a step then meets is counted in ticks of the
+    # health interval, not in tokens, so it cannot be bounded by what direct
+    # sees on a slower machine; the probing has tests of its own,
+    # tests/admission/test_budget.py.)
+    assert preempted_through == 0
