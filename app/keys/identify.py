@@ -6,9 +6,13 @@ it), and ``X-Priority`` may only name a priority the key allows (without the
 header: ``normal`` if allowed, else the key's first). Without keys, the
 tenant comes from ``X-Tenant-Id`` (default ``anonymous``) and any priority
 may be asked for.
+
+A request with two ``Authorization`` headers is refused whatever they say:
+reading one of them would serve the request as that key's tenant, and which
+one a proxy in front reads may differ.
 """
 
-from collections.abc import Mapping
+from starlette.datastructures import Headers
 
 from app.errors import Forbidden, InvalidRequest, Unauthorized
 from app.identity import ANONYMOUS, DEFAULT_PRIORITY, TENANT_PATTERN, Identity, parse_priority
@@ -18,7 +22,7 @@ from app.keys.ring import KeyRing
 _BEARER = "bearer "
 
 
-def identify(headers: Mapping[str, str], ring: KeyRing | None) -> tuple[Identity, KeyEntry | None]:
+def identify(headers: Headers, ring: KeyRing | None) -> tuple[Identity, KeyEntry | None]:
     asked = headers.get("x-priority")
     priority = parse_priority(asked)
     if priority is None:
@@ -44,9 +48,14 @@ def identify(headers: Mapping[str, str], ring: KeyRing | None) -> tuple[Identity
     return Identity(entry.tenant, priority, entry.id), entry
 
 
-def authenticate(headers: Mapping[str, str], ring: KeyRing) -> KeyEntry:
+def authenticate(headers: Headers, ring: KeyRing) -> KeyEntry:
     """The key presented in ``Authorization``, or ``Unauthorized``. The
     message never repeats what was presented."""
+    if len(headers.getlist("authorization")) > 1:
+        raise InvalidRequest(
+            "two Authorization headers; send one, `Authorization: Bearer <key>`",
+            param="Authorization",
+        )
     value = headers.get("authorization") or ""
     if not value[: len(_BEARER)].lower() == _BEARER or not value[len(_BEARER) :].strip():
         raise Unauthorized(

@@ -1,15 +1,22 @@
 """Who a request is for: the key decides when keys are on, the headers when
 they are off; a header that names no tenant or priority is a 400 in OpenAI's
-shape before any engine is asked (in-process, at the end)."""
+shape before any engine is asked (in-process, at the end). Two
+``Authorization`` headers are refused, never served as either key's tenant."""
+
+import asyncio
+import json
+from pathlib import Path
 
 import pytest
+from starlette.datastructures import Headers
 
 from app.errors import Forbidden, InvalidRequest, Unauthorized
 from app.identity import Identity
 from app.keys.file import KeyEntry
 from app.keys.identify import identify
 from app.keys.ring import KeyRing, hash_key
-from tests.support.asgi import in_process_gateway
+from tests.support.asgi import Exchange, in_process_gateway
+from tests.support.keys import key_entry, write_keys_file
 from tests.support.scripted_engine import MODEL
 
 BATCH = KeyEntry(
@@ -20,25 +27,25 @@ RING = KeyRing([BATCH, LOW_ONLY])
 
 
 def test_without_keys_the_headers_decide() -> None:
-    identity, key = identify({"x-tenant-id": "t1", "x-priority": "HIGH"}, None)
+    identity, key = identify(Headers({"x-tenant-id": "t1", "x-priority": "HIGH"}), None)
     assert identity == Identity("t1", "high")
     assert key is None
-    assert identify({}, None)[0] == Identity("anonymous", "normal")
+    assert identify(Headers({}), None)[0] == Identity("anonymous", "normal")
     with pytest.raises(InvalidRequest):
-        identify({"x-tenant-id": "a b"}, None)
+        identify(Headers({"x-tenant-id": "a b"}), None)
     with pytest.raises(InvalidRequest):
-        identify({"x-priority": "urgent"}, None)
+        identify(Headers({"x-priority": "urgent"}), None)
 
 
 def test_with_keys_the_key_decides_the_tenant() -> None:
     headers = {"authorization": "Bearer k1", "x-tenant-id": "someone-else"}
-    identity, key = identify(headers, RING)
+    identity, key = identify(Headers(headers), RING)
     assert identity == Identity("acme", "normal", "acme-batch")
     assert key == BATCH
 
 
 def test_a_key_without_normal_defaults_to_its_first_priority() -> None:
-    assert identify({"authorization": "Bearer k2"}, RING)[0].priority == "low"
+    assert identify(Headers({"authorization": "Bearer k2"}), RING)[0].priority == "low"
 
 
 @pytest.mark.parametrize(
@@ -47,15 +54,30 @@ def test_a_key_without_normal_defaults_to_its_first_priority() -> None:
 def test_missing_or_wrong_keys_are_401_and_never_echoed(authorization: str | None) -> None:
     headers = {} if authorization is None else {"authorization": authorization}
     with pytest.raises(Unauthorized) as caught:
-        identify(headers, RING)
+        identify(Headers(headers), RING)
     assert caught.value.status == 401
     assert caught.value.code == "invalid_api_key"
     assert "wrong" not in caught.value.message
 
 
+@pytest.mark.parametrize(
+    "values",
+    [("Bearer k1", "Bearer k1"), ("Bearer k1", "Bearer k2"), ("Bearer k1", "Bearer wrong")],
+    ids=["equal", "two keys", "a key and a wrong one"],
+)
+def test_two_authorization_headers_are_400_whatever_they_say(values: tuple[str, str]) -> None:
+    raw = [(b"authorization", value.encode()) for value in values]
+    with pytest.raises(InvalidRequest) as caught:
+        identify(Headers(raw=raw), RING)
+    assert type(caught.value) is InvalidRequest
+    assert caught.value.status == 400
+    assert caught.value.param == "Authorization"
+    assert "k1" not in caught.value.message
+
+
 def test_a_priority_the_key_may_not_use_is_403() -> None:
     with pytest.raises(Forbidden) as caught:
-        identify({"authorization": "Bearer k1", "x-priority": "high"}, RING)
+        identify(Headers({"authorization": "Bearer k1", "x-priority": "high"}), RING)
     assert caught.value.status == 403
     assert "normal, low" in caught.value.message
 
@@ -82,4 +104,30 @@ async def test_bad_requests_get_their_documented_status(
         assert error["message"]
         assert error["param"] == param
         assert gateway.metric("gateway_requests_total", outcome="rejected") == 1
+        assert gateway.engine.calls.empty()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/models"])
+async def test_two_authorization_headers_never_reach_the_engine(tmp_path: Path, path: str) -> None:
+    keys = write_keys_file(tmp_path / "keys.yaml", [key_entry("acme-1", "acme", "key-acme")])
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"authorization", b"Bearer key-acme"),
+        (b"authorization", b"Bearer key-acme"),
+    ]
+    async with in_process_gateway(keys_file=keys) as gateway:
+        method = "POST" if path.endswith("completions") else "GET"
+        exchange = Exchange(gateway.app, gateway.state, path, headers, "1.1", method)
+        exchange.send_body(json.dumps(body).encode() if method == "POST" else b"")
+        # Whichever comes first: the answer, or the request at the engine.
+        served = asyncio.create_task(gateway.engine.calls.get())
+        await asyncio.wait({exchange.task, served}, return_when=asyncio.FIRST_COMPLETED)
+        served.cancel()
+        assert exchange.task.done(), "the request reached the engine"
+        assert exchange.status == 400, exchange.body
+        error = exchange.json()["error"]
+        assert error["type"] == "invalid_request_error"
+        assert error["param"] == "Authorization"
+        assert gateway.metric("gateway_tenant_tokens", tenant="acme") == 0
         assert gateway.engine.calls.empty()
