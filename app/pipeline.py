@@ -18,8 +18,9 @@ from app.errors import Draining, EngineUnavailable, Forbidden
 from app.flight import Flight
 from app.identity import Identity
 from app.keys.file import KeyEntry
-from app.keys.identify import identify
+from app.keys.identify import cache_scope, identify
 from app.keys.quota import KeyQuota, tokens_used
+from app.owned_fields import CacheScope
 from app.record import RequestRecord
 from app.routing.prefix_key import affinity_of
 from app.services import Services
@@ -36,7 +37,8 @@ async def serve_completion(request: Request, route: Route, services: Services, s
                 retry_after=services.settings.retry_after_unavailable,
             )
         identity, key = _identify(request, record, services)
-        job = await _receive(request, route, record, services)
+        scope = cache_scope(key, services.settings.prefix_cache_isolation)
+        job = await _receive(request, route, record, services, scope)
         demand = demand_of(job, services.estimator)
         _learn_from(record, job, services)
         if key is not None and services.quota is not None:
@@ -58,9 +60,14 @@ def _identify(
 
 
 async def _receive(
-    request: Request, route: Route, record: RequestRecord, services: Services
+    request: Request,
+    route: Route,
+    record: RequestRecord,
+    services: Services,
+    cache_scope: CacheScope | None,
 ) -> CompletionJob:
-    """The request's body, read and checked (bounded: see ``Receiving``)."""
+    """The request's body, read and checked (bounded: see ``Receiving``),
+    salted for ``cache_scope``."""
     settings = services.settings
     with services.receiving.enter():
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
@@ -73,7 +80,7 @@ async def _receive(
         models = await services.engines.models_for(model if isinstance(model, str) else "")
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
-        job = check_request(route, body, models, limits, version)
+        job = check_request(route, body, models, limits, version, cache_scope)
     record.stream, record.model = job.stream, job.model
     return job
 

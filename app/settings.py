@@ -141,6 +141,12 @@ class Settings(BaseSettings):
     # was), or a line of text each (for reading in a terminal).
     log_format: Literal["json", "text"] = "json"
 
+    # With keys on, the engine's prefix cache is kept apart per tenant (each
+    # request salted by its tenant, unless its key shares the cache), or not
+    # (``off``: the client's own cache_salt goes as sent). Without keys,
+    # tenants are only claimed, so there is nothing to keep apart.
+    prefix_cache_isolation: Literal["tenant", "off"] = "tenant"
+
     @model_validator(mode="after")
     def _grace_fits_in_shutdown(self) -> "Settings":
         if self.drain_grace_seconds >= self.shutdown_timeout:

@@ -3,9 +3,10 @@
 The gateway checks what it needs to route and admit a request (model, stream,
 output bounds, ``n``, the shape and size of messages or prompts) and leaves
 every other field to the engine, which validates its own sampling
-parameters. What is certain from the request alone is refused here: prompts
-given as token ids that cannot fit the model's context, batches larger than
-allowed, text the engine could not encode. What needs an estimate (text
+parameters (but for the fields that are the gateway's: ``app.owned_fields``).
+What is certain from the request alone is refused here: prompts given as
+token ids that cannot fit the model's context, batches larger than allowed,
+text the engine could not encode. What needs an estimate (text
 prompts against the context and the KV cache) is admission's to refuse.
 """
 
@@ -27,6 +28,7 @@ from app.errors import (
     TooLong,
     UnsupportedMediaType,
 )
+from app.owned_fields import CacheScope, owned_body
 
 Route = Literal["chat", "completions"]
 
@@ -91,6 +93,9 @@ class CompletionJob:
     max_model_len: int | None
     # The bytes sent to the engine, encoded once, before admission.
     upstream_body: bytes
+    # The prefix-cache salt in them: prompts share cached blocks only
+    # between requests of one salt.
+    cache_salt: str | None = None
 
     @property
     def sequences(self) -> int:
@@ -148,9 +153,11 @@ def check_request(
     models: Mapping[str, int | None],
     limits: Limits,
     http_version: str = "1.1",
+    cache_scope: CacheScope | None = None,
 ) -> CompletionJob:
     """Validate ``body`` against the route and the engines' models (name to
-    ``max_model_len``)."""
+    ``max_model_len``); ``cache_scope`` is whose prefix cache it may share,
+    when the gateway decides it."""
     try:
         parsed: _Common = (_ChatBody if route == "chat" else _CompletionBody).model_validate(body)
     except ValidationError as exc:
@@ -196,6 +203,7 @@ def check_request(
     if max_model_len is not None:
         _check_token_ids_fit(prompts, max_tokens, max_model_len)
     wants_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+    upstream, salt = owned_body(body, cache_scope)
     return CompletionJob(
         route=route,
         model=parsed.model,
@@ -205,7 +213,8 @@ def check_request(
         wants_usage=wants_usage,
         prompts=prompts,
         max_model_len=max_model_len,
-        upstream_body=_encode_upstream(body, parsed.stream and not wants_usage),
+        upstream_body=_encode_upstream(upstream, parsed.stream and not wants_usage),
+        cache_salt=salt,
     )
 
 
@@ -226,9 +235,9 @@ def _check_token_ids_fit(prompts: tuple[Prompt, ...], max_tokens: int | None, li
 
 
 def _encode_upstream(body: dict[str, Any], add_usage: bool) -> bytes:
-    """The body sent to the engine: the client's, plus a request for the
-    usage chunk on streams (the gateway counts tokens from it and drops it
-    again if the client did not ask for it)."""
+    """The body sent to the engine: the client's (its owned fields applied),
+    plus a request for the usage chunk on streams (the gateway counts tokens
+    from it and drops it again if the client did not ask for it)."""
     if add_usage:
         options = dict(body.get("stream_options") or {})
         options["include_usage"] = True

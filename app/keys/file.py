@@ -9,10 +9,13 @@ keys:
     requests_per_minute: 600
     tokens_per_minute: 200000
     max_concurrent: 16
+    shared_prefix_cache: false
 ```
 
 Only the key's hash is stored, never the key. Limits are optional (absent:
-unlimited); ``priorities`` defaults to ``[normal]``. A file that does not
+unlimited); ``priorities`` defaults to ``[normal]``; ``shared_prefix_cache``
+(default false) lets the key's requests share the engine's prefix cache with
+other tenants' keys that share it (``app.owned_fields``). A file that does not
 parse, or whose entries are wrong (a duplicate id or hash, a hash that is not
 64 hex digits, an unknown priority), is refused as a whole with a message
 naming the entry.
@@ -36,6 +39,9 @@ class KeyEntry(BaseModel):
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
     max_concurrent: int | None = Field(None, ge=1)
+    # Share the engine's prefix cache with every other key marked so (a
+    # fleet-wide system prompt) instead of keeping it to the tenant.
+    shared_prefix_cache: bool = False
 
     @field_validator("sha256", mode="before")
     @classmethod

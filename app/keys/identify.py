@@ -12,12 +12,15 @@ reading one of them would serve the request as that key's tenant, and which
 one a proxy in front reads may differ.
 """
 
+from typing import Literal
+
 from starlette.datastructures import Headers
 
 from app.errors import Forbidden, InvalidRequest, Unauthorized
 from app.identity import ANONYMOUS, DEFAULT_PRIORITY, TENANT_PATTERN, Identity, parse_priority
 from app.keys.file import KeyEntry
 from app.keys.ring import KeyRing
+from app.owned_fields import CacheScope
 
 _BEARER = "bearer "
 
@@ -65,3 +68,13 @@ def authenticate(headers: Headers, ring: KeyRing) -> KeyEntry:
     if entry is None:
         raise Unauthorized("incorrect API key provided", param="Authorization")
     return entry
+
+
+def cache_scope(key: KeyEntry | None, isolation: Literal["tenant", "off"]) -> CacheScope | None:
+    """Whose engine prefix cache a request may share: with keys on and
+    isolation by tenant, its tenant's, or every sharing key's for a key that
+    shares; None (the client's salt goes as sent) without keys, where a
+    tenant is only claimed, or with isolation off."""
+    if key is None or isolation == "off":
+        return None
+    return CacheScope(None if key.shared_prefix_cache else key.tenant)

@@ -1,7 +1,8 @@
 """Who a request is for: the key decides when keys are on, the headers when
 they are off; a header that names no tenant or priority is a 400 in OpenAI's
 shape before any engine is asked (in-process, at the end). Two
-``Authorization`` headers are refused, never served as either key's tenant."""
+``Authorization`` headers are refused, never served as either key's tenant;
+a key's cache scope is its tenant's unless it shares."""
 
 import asyncio
 import json
@@ -13,8 +14,9 @@ from starlette.datastructures import Headers
 from app.errors import Forbidden, InvalidRequest, Unauthorized
 from app.identity import Identity
 from app.keys.file import KeyEntry
-from app.keys.identify import identify
+from app.keys.identify import cache_scope, identify
 from app.keys.ring import KeyRing, hash_key
+from app.owned_fields import CacheScope
 from tests.support.asgi import Exchange, in_process_gateway
 from tests.support.keys import key_entry, write_keys_file
 from tests.support.scripted_engine import MODEL
@@ -73,6 +75,15 @@ def test_two_authorization_headers_are_400_whatever_they_say(values: tuple[str, 
     assert caught.value.status == 400
     assert caught.value.param == "Authorization"
     assert "k1" not in caught.value.message
+
+
+def test_a_key_is_kept_to_its_tenants_prefix_cache_unless_it_shares() -> None:
+    shares = BATCH.model_copy(update={"shared_prefix_cache": True})
+    assert cache_scope(BATCH, "tenant") == CacheScope("acme")
+    assert cache_scope(shares, "tenant") == CacheScope(None)
+    # Isolation off, or no keys (tenants only claimed): the client's salt.
+    assert cache_scope(BATCH, "off") is None
+    assert cache_scope(None, "tenant") is None
 
 
 def test_a_priority_the_key_may_not_use_is_403() -> None:
