@@ -1,6 +1,6 @@
 """The ASGI entry (``app.api.entry``): a method other than POST on a
-completion route is a 405, and what FastAPI does not know a 404, both in
-OpenAI's shape. In-process."""
+completion route is a 405 that names POST in ``Allow``, and what FastAPI does
+not know a 404, both in OpenAI's shape. In-process."""
 
 import pytest
 
@@ -24,3 +24,15 @@ async def test_unknown_routes_and_methods_answer_in_openai_shape(
         assert set(error) >= {"message", "type", "param", "code"}
         assert error["message"]
         assert gateway.engine.calls.empty()
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", CHAT), ("PUT", COMPLETIONS), ("OPTIONS", CHAT)]
+)
+async def test_a_405_names_the_method_the_route_allows(method: str, path: str) -> None:
+    # RFC 9110 15.5.6: a 405 carries Allow.
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(path, b"", method=method).done()
+        assert exchange.status == 405
+        assert exchange.headers["allow"] == "POST"
+        assert exchange.json()["error"]["code"] == "method_not_allowed"
