@@ -59,7 +59,6 @@ class Settings(BaseSettings):
     # gets its own, longer limit.
     upstream_non_stream_timeout: float = Field(600.0, gt=0)
     upstream_max_connections: int = Field(1000, ge=1)
-    upstream_max_keepalive: int = Field(100, ge=0)
 
     # Engine health checks; also how often the engine's /metrics is read.
     health_interval: float = Field(1.0, gt=0)
