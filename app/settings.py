@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     # Where the gateway listens and where the engine is.
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    # Several gateway processes on one host and port: each binds with
+    # SO_REUSEPORT and the kernel spreads new connections over them
+    # (docs/one-host.md; they share their budgets through ``redis_url``).
+    reuse_port: bool = False
     # One engine, or several (comma-separated, or one ``dns+http://name:port``
     # re-resolved every ``upstream_dns_interval`` seconds: app/engine/discovery.py).
     upstream_url: str = "http://127.0.0.1:8001"
