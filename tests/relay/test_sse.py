@@ -21,7 +21,7 @@ async def test_a_client_that_stops_reading_is_dropped_at_the_send_timeout(
         call.send(chunk("b"))
         await exchange.done()
         assert gateway.metric("gateway_rejections_total", reason="slow_reader") == 1
-        assert call.closed.is_set()
+        await call.wait_closed()
         assert gateway.settled()
     dropped = [r for r in caplog.records if "stopped reading" in r.getMessage()]
     assert len(dropped) == 1
