@@ -54,6 +54,9 @@ _TRY_AGAIN = (429, 503)
 _KEEPALIVE_SECONDS = 3.0
 # What aiohttp raises for a transport failure (its timeouts are TimeoutErrors).
 _FAILURES = (aiohttp.ClientError, TimeoutError)
+# A connection that broke before the answer began (a connection never made,
+# ``ClientConnectorError``, is a ``ClientOSError`` too, and is not one).
+_BROKEN_BEFORE_ANSWER = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 
 
 @dataclass(frozen=True)
@@ -155,13 +158,21 @@ class EngineClient:
         raised as ``EngineStatusError``; the caller owns a 2xx response and
         must close it.
         """
+        post = self._http().post
+        headers = {"content-type": "application/json", "x-request-id": request_id}
+        timeout = self._stream_timeout if stream else self._non_stream_timeout
         try:
-            response = await self._http().post(
-                engine + path,
-                data=body,
-                headers={"content-type": "application/json", "x-request-id": request_id},
-                timeout=self._stream_timeout if stream else self._non_stream_timeout,
-            )
+            try:
+                response = await post(engine + path, data=body, headers=headers, timeout=timeout)
+            except aiohttp.ClientConnectorError:
+                raise  # never connected: nothing to send again
+            except _BROKEN_BEFORE_ANSWER:
+                # Closed or reset before any answer: a kept-alive connection
+                # the engine closed as the request went out (it never read
+                # it; a reset when the close raced the send). Once more, on
+                # another connection. (aiohttp does so itself only for
+                # idempotent methods.)
+                response = await post(engine + path, data=body, headers=headers, timeout=timeout)
         except _FAILURES as exc:
             raise _gateway_error(exc, answering=False, pool_full=self._open >= self._limit) from exc
         self._heard_at[engine] = time.monotonic()
