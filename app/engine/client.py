@@ -50,7 +50,7 @@ _TRY_AGAIN = (429, 503)
 
 
 class EngineClient:
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None):
+    def __init__(self, settings: Settings):
         self._stream_timeout = httpx.Timeout(
             connect=settings.upstream_connect_timeout,
             read=settings.upstream_read_timeout,
@@ -68,8 +68,9 @@ class EngineClient:
         self._refused_key: set[tuple[str, str]] = set()
         self._http = httpx.AsyncClient(
             timeout=self._stream_timeout,
-            transport=transport
-            or engine_transport(settings.upstream_max_connections, settings.upstream_max_keepalive),
+            transport=engine_transport(
+                settings.upstream_max_connections, settings.upstream_max_keepalive
+            ),
             headers=_engine_key(settings),
         )
 
