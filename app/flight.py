@@ -23,8 +23,8 @@ retry would show tokens twice, so the request ends as it is.
 
 The watchers run from admission to the end, in one task group whose main
 body is the request's own work: cancelling it closes the engine connection
-in the task that opened it (cancelling a separate task running an httpx
-call was seen to leave the engine connection open).
+in the task that opened it, and the ``finally`` closes it whatever ended
+the request.
 """
 
 import json
@@ -33,14 +33,13 @@ import time
 from types import TracebackType
 
 import anyio
-import httpx
 from anyio.abc import TaskGroup
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Send
 
 from app.admission.base import AdmissionRequest, Hold
-from app.engine.client import close_quietly
+from app.engine.client import EngineResponse
 from app.engine.monitor import engine_label
 from app.errors import (
     ClientDisconnected,
@@ -81,7 +80,7 @@ class Flight:
         self._admission: AdmissionRequest | None = None
         self._hold: Hold | None = None
         self._tried: list[str] = []
-        self._upstream: httpx.Response | None = None
+        self._upstream: EngineResponse | None = None
         self._relay: StreamRelay | None = None
         # Set once a stream's headers went out.
         self._sender: StreamSender | None = None
@@ -103,7 +102,7 @@ class Flight:
                 await self._end(error)
         finally:
             if self._upstream is not None:
-                await close_quietly(self._upstream)
+                self._upstream.close()
             self._count_partial_output()
             # Nothing above may leave the request without an outcome.
             self.record.finish(
@@ -196,18 +195,18 @@ class Flight:
             )
             await self._sender.start(self._headers | self.answer_headers)
             group.start_soon(self._sender.keep_time, self._end_because)
-        await self._sender.pump(self._upstream.aiter_raw(), relay)
+        await self._sender.pump(self._upstream.chunks(), relay)
         relay.finish()
         await self._sender.end()
 
-    async def _relay_whole(self, upstream: httpx.Response) -> None:
+    async def _relay_whole(self, upstream: EngineResponse) -> None:
         """A non-streaming answer: nothing reaches the client until it is whole."""
-        content = await upstream.aread()
+        content = await upstream.read()
         _read_usage(content, self.record)
-        self.record.finish("completed", status=upstream.status_code)
+        self.record.finish("completed", status=upstream.status)
         response = Response(
             content,
-            status_code=upstream.status_code,
+            status_code=upstream.status,
             media_type="application/json",
             headers=self._headers | self.answer_headers,
         )
@@ -228,7 +227,7 @@ class Flight:
         if not eligible(elsewhere, engines.candidates()):
             return False
         if self._upstream is not None:
-            await close_quietly(self._upstream)
+            self._upstream.close()
             self._upstream = None
         self._release()
         self._services.metrics.engine_retries.labels(engine_label(failed)).inc()

@@ -84,8 +84,6 @@ def configure_logging(level: str, log_format: LogFormat = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # httpx logs every engine call (health checks included) at INFO.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     logging.getLogger("uvicorn.error").addFilter(_DeliberatelyUnfinished())
 
     access = logging.getLogger("gateway.access")

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
@@ -29,16 +28,15 @@ log = logging.getLogger("gateway")
 def create_app(
     settings: Settings | None = None,
     drain: Drain | None = None,
-    transport: httpx.AsyncBaseTransport | None = None,
 ) -> FastAPI:
     """Build the gateway. ``drain`` is shared with the server runner that
-    handles SIGTERM; ``transport`` replaces the engine connection (tests)."""
+    handles SIGTERM."""
     settings = settings or get_settings()
     drain = drain or Drain()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[dict[str, Any]]:
-        services = build_services(settings, drain, transport)
+        services = build_services(settings, drain)
         await services.engines.start()
         if services.shared is not None:
             await services.shared.heartbeat()

@@ -33,8 +33,9 @@ def run_gateway(settings: Settings) -> None:
             1, int(settings.shutdown_timeout - settings.drain_grace_seconds)
         ),
     )
-    sockets = [_listen(settings.host, settings.port)]
+    sockets = [_listen(settings.host, settings.port, reuse_port=settings.reuse_port)]
     if settings.admin_port is not None:
+        # Each process its own: Prometheus scrapes every one.
         sockets.append(_listen(settings.host, settings.admin_port))
     DrainingServer(config, drain, settings.drain_grace_seconds).run(sockets=sockets)
 
@@ -46,11 +47,13 @@ def report_unknown_variables() -> None:
         log.warning("%s is not a setting of the gateway and is ignored%s", name, hint)
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A listening socket (the API port, and the admin port when set)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     sock.set_inheritable(True)
     return sock

@@ -8,8 +8,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from app.admission.base import Admission, Unlimited
 from app.admission.controller import AdmissionController
 from app.admission.estimate import PromptTokenEstimator
@@ -55,11 +53,9 @@ class Services:
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
 
 
-def build_services(
-    settings: Settings, drain: Drain, transport: httpx.AsyncBaseTransport | None = None
-) -> Services:
+def build_services(settings: Settings, drain: Drain) -> Services:
     metrics = GatewayMetrics()
-    engine = EngineClient(settings, transport)
+    engine = EngineClient(settings)
     engines = EnginePool(settings, engine, metrics)
     estimator = PromptTokenEstimator()
     picker: Picker = (

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     # Where the gateway listens and where the engine is.
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    # Several gateway processes on one host and port: each binds with
+    # SO_REUSEPORT and the kernel spreads new connections over them
+    # (docs/one-host.md; they share their budgets through ``redis_url``).
+    reuse_port: bool = False
     # One engine, or several (comma-separated, or one ``dns+http://name:port``
     # re-resolved every ``upstream_dns_interval`` seconds: app/engine/discovery.py).
     upstream_url: str = "http://127.0.0.1:8001"
@@ -59,7 +63,6 @@ class Settings(BaseSettings):
     # gets its own, longer limit.
     upstream_non_stream_timeout: float = Field(600.0, gt=0)
     upstream_max_connections: int = Field(1000, ge=1)
-    upstream_max_keepalive: int = Field(100, ge=0)
 
     # Engine health checks; also how often the engine's /metrics is read.
     health_interval: float = Field(1.0, gt=0)

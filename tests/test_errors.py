@@ -3,7 +3,6 @@ SSE event."""
 
 import json
 
-import httpx
 import pytest
 
 from app.drain import Drain
@@ -23,6 +22,7 @@ from app.errors import (
 from app.metrics import GatewayMetrics
 from tests.support.asgi import in_process_gateway
 from tests.support.scripted_engine import MODEL, ScriptedEngine
+from tests.support.wait import wait_for
 
 BODY = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
 
@@ -108,7 +108,8 @@ async def test_a_503_for_an_engine_gone_after_admission_says_when_to_come_back()
     engine = ScriptedEngine()
     async with in_process_gateway(engine, retry_after_unavailable=7) as gateway:
         # Up when checked; its process gone by the time the request goes out.
-        engine.completion_error = httpx.ConnectError("connection refused")
+        assert await wait_for(lambda: engine.requests["/metrics"] >= 2, timeout=30)
+        await engine.go_down()
         exchange = await gateway.request("/v1/completions", BODY).done()
         assert exchange.status == 503
         assert exchange.json()["error"]["code"] == "engine_unavailable"

@@ -34,15 +34,14 @@ async def test_an_engine_no_longer_discovered_leaves_no_series_behind(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a, b = ScriptedEngine(), ScriptedEngine()
-    answer = ["http://a:8000", "http://b:8000"]
+    discovered = [a, b]
 
     async def resolve(url: str) -> list[str]:
-        return list(answer)
+        return [engine.url for engine in discovered]
 
     monkeypatch.setattr("app.engine.pool.resolve", resolve)
-    fleet = {"a:8000": a, "b:8000": b}
     async with in_process_gateway(
-        fleet=fleet, upstream_urls="dns+http://engines:8000", upstream_dns_interval=0.05
+        fleet=(a, b), upstream_urls="dns+http://engines:8000", upstream_dns_interval=0.05
     ) as gateway:
         # Two at once, one on each engine: the routed and in-flight series too.
         exchanges = [gateway.request("/v1/completions", BODY) for _ in range(2)]
@@ -51,16 +50,17 @@ async def test_an_engine_no_longer_discovered_leaves_no_series_behind(
             call.answer(200, ANSWER)
         assert [(await e.done()).status for e in exchanges] == [200, 200]
         before = await _scrape(gateway)
-        assert 'engine="b:8000"' in before
-        per_engine = set(re.findall(r'^(\w+)\{engine="a:8000"\}', before, re.M))
+        assert f'engine="{b.label}"' in before
+        of_a = re.compile(rf'^(\w+)\{{engine="{re.escape(a.label)}"\}}', re.M)
+        per_engine = set(of_a.findall(before))
         assert len(per_engine) >= 8, per_engine
 
-        answer.remove("http://b:8000")  # the engine's pod is gone
+        discovered.remove(b)  # the engine's pod is gone
         pool = gateway.services.engines
-        assert await wait_for(lambda: "http://b:8000" not in pool.monitors, timeout=30)
+        assert await wait_for(lambda: b.url not in pool.monitors, timeout=30)
         after = await _scrape(gateway)
-        assert 'engine="b:8000"' not in after
-        assert set(re.findall(r'^(\w+)\{engine="a:8000"\}', after, re.M)) == per_engine
+        assert f'engine="{b.label}"' not in after
+        assert set(of_a.findall(after)) == per_engine
 
 
 async def test_the_build_info_names_the_version() -> None:

@@ -8,7 +8,6 @@ import asyncio
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.admission.base import AdmissionRequest
@@ -16,7 +15,8 @@ from app.admission.controller import AdmissionController, KvHold
 from app.record import RequestRecord
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.keys import key_entry, write_keys_file
-from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, usage_chunk
+from tests.support.scripted_engine import DONE, MODEL, chunk, usage_chunk
+from tests.support.wait import wait_for
 
 COMPLETIONS = "/v1/completions"
 
@@ -243,12 +243,25 @@ async def test_requests_beyond_the_receiving_bound_are_refused_before_their_body
 
 
 async def test_an_exhausted_connection_pool_is_not_the_engine_being_down() -> None:
-    engine = ScriptedEngine(completion_error=httpx.PoolTimeout("no connection available"))
-    async with in_process_gateway(engine) as gateway:
+    # The pool's one connection is held by a stream; a second request waits
+    # for it no longer than the connect timeout.
+    async with in_process_gateway(
+        upstream_max_connections=1, upstream_connect_timeout=1.0
+    ) as gateway:
+        # The monitor's first checks are over (the next is an hour away).
+        assert await wait_for(lambda: gateway.engine.requests["/metrics"] >= 2, timeout=30)
+        holder = gateway.request(COMPLETIONS, body(stream=True))
+        call = await gateway.engine.calls.get()
+        call.stream()
+        await holder.wait_for(lambda e: e.status == 200)
         exchange = await gateway.request(COMPLETIONS, body()).done()
         assert exchange.status == 503
         assert exchange.json()["error"]["code"] == "gateway_pool_exhausted"
+        assert gateway.engine.calls.empty()
         assert gateway.services.engines.up
+        call.send(chunk("a") + DONE)
+        call.end()
+        await holder.done()
         assert gateway.settled()
 
 

@@ -8,7 +8,7 @@ from app.errors import Draining, UpstreamTimeout
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord, Telemetry
 from tests.support.asgi import in_process_gateway, sample
-from tests.support.scripted_engine import MODEL, ScriptedEngine, fleet, next_call
+from tests.support.scripted_engine import MODEL, ScriptedEngine, next_call
 
 
 def count(metrics: GatewayMetrics, name: str, **labels: str) -> float:
@@ -86,7 +86,7 @@ async def test_the_access_log_names_the_model_the_engine_and_a_retry(
     a, b = ScriptedEngine(), ScriptedEngine()
     body = {"model": MODEL, "prompt": "hello", "max_tokens": 8}
     answer = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
-    async with in_process_gateway(fleet=fleet(a=a, b=b)) as gateway:
+    async with in_process_gateway(fleet=(a, b)) as gateway:
         caplog.set_level(logging.INFO, logger="gateway.access")
         exchange = gateway.request("/v1/completions", body)
         first, call = await next_call(a, b)
@@ -95,7 +95,7 @@ async def test_the_access_log_names_the_model_the_engine_and_a_retry(
         retry.answer(200, answer)
         assert (await exchange.done()).status == 200
     (line,) = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
-    served = "b:8000" if second is b else "a:8000"
+    served = second.label
     assert first is not second
     assert (line["model"], line["engine"], line["retried"]) == (MODEL, served, True)
 

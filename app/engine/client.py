@@ -1,13 +1,16 @@
 """The HTTP client for the engines.
 
-One ``httpx.AsyncClient`` per app, for every engine (its pool keeps
-connections per engine), with pool limits and timeouts from the settings, on
-the sockets of ``app.engine.network``.
-Every call names the engine's base URL. The one translation of httpx's
-transport errors into the gateway's own (``_gateway_error``) is here, for
-the request, the response headers and every read of the body alike: nothing
-above this module sees an httpx exception from a request's call. (The
-monitor's small GETs keep httpx's errors: a health check weighs them itself.)
+One ``aiohttp.ClientSession`` per app, for every engine (its connector keeps
+connections per engine), with the pool limit and timeouts from the settings.
+aiohttp parses the engine's answers in C, and a read hands over whatever
+bytes arrived: on a relayed stream that is one read per engine write, with
+no per-chunk cancel scope or pure-Python parsing in between.
+
+Every call names the engine's base URL. The one translation of the HTTP
+library's errors into the gateway's own (``_gateway_error``) is here, for
+the request, the response headers and every read of the body alike, for
+the requests' calls and the monitor's small GETs: nothing above this module
+sees an aiohttp exception.
 
 An engine's 503 or 429 ("try again") always leaves here with a Retry-After:
 the engine's own if it sent one, else the gateway's ``retry_after_unavailable``.
@@ -22,15 +25,13 @@ body): traffic in flight is evidence that the engine is alive, which the
 monitor weighs against a health check that is late under load.
 """
 
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
-import anyio
-import httpx
+import aiohttp
 
-from app.engine.network import engine_transport
 from app.errors import (
     EngineStatusError,
     GatewayError,
@@ -43,76 +44,152 @@ from app.settings import Settings
 
 log = logging.getLogger("gateway.engine")
 
-_CLOSE_TIMEOUT = 5.0
 # The engine's statuses that mean "try again later", which a gateway 503/429
 # never sends without a Retry-After.
 _TRY_AGAIN = (429, 503)
+# An idle connection is dropped before the engine drops it: vLLM's server
+# (uvicorn) closes connections idle for 5 s, and a request sent on one just
+# as it closes fails without an answer. (aiohttp also sends such a request
+# once more on a new connection when a kept-alive one turns out closed.)
+_KEEPALIVE_SECONDS = 3.0
+# What aiohttp raises for a transport failure (its timeouts are TimeoutErrors).
+_FAILURES = (aiohttp.ClientError, TimeoutError)
+# A connection that broke before the answer began (a connection never made,
+# ``ClientConnectorError``, is a ``ClientOSError`` too, and is not one).
+_BROKEN_BEFORE_ANSWER = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A small answer read whole (health, models, metrics)."""
+
+    status: int
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+class EngineResponse:
+    """An engine's 2xx answer whose body is still to be read: chunk by chunk
+    (``chunks``) or whole (``read``). ``close`` drops its connection unless
+    the body was read to its end: for a stream cut short, that is what tells
+    the engine to abort the request."""
+
+    def __init__(self, response: aiohttp.ClientResponse, client: "EngineClient", engine: str):
+        self._response = response
+        self._client = client
+        self._engine = engine
+        self.status = response.status
+        self._closed = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives: every read returns the bytes buffered so far."""
+        heard, engine = self._client._heard_at, self._engine
+        content = self._response.content
+        try:
+            while True:
+                chunk = await content.readany()
+                if not chunk:
+                    return
+                heard[engine] = time.monotonic()
+                yield chunk
+        except _FAILURES as exc:
+            raise _gateway_error(exc, answering=True, pool_full=False) from exc
+
+    async def read(self) -> bytes:
+        try:
+            body = await self._response.read()
+        except _FAILURES as exc:
+            raise _gateway_error(exc, answering=True, pool_full=False) from exc
+        self._client._heard_at[self._engine] = time.monotonic()
+        return body
+
+    def close(self) -> None:
+        """Done with it (once; safe to call again). A body read to its end
+        has given its connection back to the pool already."""
+        if not self._closed:
+            self._closed = True
+            self._client._open -= 1
+            self._response.close()
 
 
 class EngineClient:
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None):
-        self._stream_timeout = httpx.Timeout(
-            connect=settings.upstream_connect_timeout,
-            read=settings.upstream_read_timeout,
-            write=settings.upstream_read_timeout,
-            pool=settings.upstream_connect_timeout,
+    def __init__(self, settings: Settings) -> None:
+        connect = settings.upstream_connect_timeout
+        # ``connect`` bounds the wait for a free connection in the pool and
+        # the connect itself; ``sock_read`` is the idle limit between two
+        # reads (the response headers included).
+        self._stream_timeout = aiohttp.ClientTimeout(
+            connect=connect, sock_connect=connect, sock_read=settings.upstream_read_timeout
         )
-        self._non_stream_timeout = httpx.Timeout(
-            connect=settings.upstream_connect_timeout,
-            read=settings.upstream_non_stream_timeout,
-            write=settings.upstream_read_timeout,
-            pool=settings.upstream_connect_timeout,
+        self._non_stream_timeout = aiohttp.ClientTimeout(
+            connect=connect, sock_connect=connect, sock_read=settings.upstream_non_stream_timeout
         )
+        self._limit = settings.upstream_max_connections
         self._retry_after = settings.retry_after_unavailable
         self._heard_at: dict[str, float] = {}
         self._refused_key: set[tuple[str, str]] = set()
-        self._http = httpx.AsyncClient(
-            timeout=self._stream_timeout,
-            transport=transport
-            or engine_transport(settings.upstream_max_connections, settings.upstream_max_keepalive),
-            headers=_engine_key(settings),
-        )
+        # Responses handed out and not closed yet: how full the pool is.
+        self._open = 0
+        self._headers = _engine_key(settings)
+        self._session: aiohttp.ClientSession | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        # Made on first use, inside the running event loop.
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    limit=self._limit, limit_per_host=0, keepalive_timeout=_KEEPALIVE_SECONDS
+                ),
+                headers=self._headers,
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
 
     async def open(
         self, engine: str, path: str, body: bytes, request_id: str, *, stream: bool
-    ) -> httpx.Response:
+    ) -> EngineResponse:
         """Send a request and return once the engine's response headers are in.
 
         The body is left unread. A non-2xx answer is read (it is small) and
         raised as ``EngineStatusError``; the caller owns a 2xx response and
         must close it.
         """
-        request = self._http.build_request(
-            "POST",
-            engine + path,
-            content=body,
-            headers={"content-type": "application/json", "x-request-id": request_id},
-            timeout=self._stream_timeout if stream else self._non_stream_timeout,
-        )
+        post = self._http().post
+        headers = {"content-type": "application/json", "x-request-id": request_id}
+        timeout = self._stream_timeout if stream else self._non_stream_timeout
         try:
             try:
-                response = await self._http.send(request, stream=True)
-            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+                response = await post(engine + path, data=body, headers=headers, timeout=timeout)
+            except aiohttp.ClientConnectorError:
+                raise  # never connected: nothing to send again
+            except _BROKEN_BEFORE_ANSWER:
                 # Closed or reset before any answer: a kept-alive connection
                 # the engine closed as the request went out (it never read
                 # it; a reset when the close raced the send). Once more, on
-                # another connection.
-                response = await self._http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise _gateway_error(exc, answering=False) from exc
-
+                # another connection. (aiohttp does so itself only for
+                # idempotent methods.)
+                response = await post(engine + path, data=body, headers=headers, timeout=timeout)
+        except _FAILURES as exc:
+            raise _gateway_error(exc, answering=False, pool_full=self._open >= self._limit) from exc
         self._heard_at[engine] = time.monotonic()
-        response.stream = _NotedStream(response.stream, self._heard_at, engine)
-        if response.status_code >= 400:
+        self._open += 1
+        answer = EngineResponse(response, self, engine)
+        if response.status >= 400:
             try:
-                content = await response.aread()
+                content = await answer.read()
+            except GatewayError:
+                content = b""
             finally:
-                await close_quietly(response)
-            raise EngineStatusError(response.status_code, content, self._retry_after_of(response))
-        return response
+                answer.close()
+            raise EngineStatusError(response.status, content, self._retry_after_of(response))
+        return answer
 
-    def _retry_after_of(self, response: httpx.Response) -> float | None:
-        if response.status_code not in _TRY_AGAIN:
+    def _retry_after_of(self, response: aiohttp.ClientResponse) -> float | None:
+        if response.status not in _TRY_AGAIN:
             return None
         told = _retry_after(response.headers.get("retry-after"))
         return told if told is not None else self._retry_after
@@ -121,11 +198,20 @@ class EngineClient:
         """When the engine last sent bytes of a request's answer (monotonic)."""
         return self._heard_at.get(engine, -float("inf"))
 
-    async def get(self, engine: str, path: str, *, timeout: float) -> httpx.Response:
-        """A small GET (health, models, metrics); transport errors propagate as httpx errors."""
-        response = await self._http.get(engine + path, timeout=timeout)
-        self._note_key_refusal(engine, path, response.status_code)
-        return response
+    async def get(self, engine: str, path: str, *, timeout: float) -> Answer:
+        """A small GET (health, models, metrics), read whole within ``timeout``.
+        Raises the gateway's errors: ``UpstreamTimeout`` for an engine that was
+        reached and answered late, ``PoolExhausted`` for the gateway's own full
+        pool, ``UpstreamUnreachable`` for one not reached."""
+        # Each step within ``timeout``: the pool wait and connect, every read.
+        limits = aiohttp.ClientTimeout(connect=timeout, sock_connect=timeout, sock_read=timeout)
+        try:
+            async with self._http().get(engine + path, timeout=limits) as response:
+                answer = Answer(response.status, await response.read())
+        except _FAILURES as exc:
+            raise _gateway_error(exc, answering=False, pool_full=self._open >= self._limit) from exc
+        self._note_key_refusal(engine, path, answer.status)
+        return answer
 
     def _note_key_refusal(self, engine: str, path: str, status: int) -> None:
         """An engine started with --api-key answers 401 on /v1/* without the
@@ -143,7 +229,8 @@ class EngineClient:
             )
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
 
 
 def _engine_key(settings: Settings) -> dict[str, str]:
@@ -154,47 +241,21 @@ def _engine_key(settings: Settings) -> dict[str, str]:
     return {"authorization": f"Bearer {key.get_secret_value()}"} if key else {}
 
 
-async def close_quietly(response: httpx.Response) -> None:
-    """Close an upstream response even while the calling task is being
-    cancelled: closing the connection is what tells the engine to abort."""
-    with anyio.move_on_after(_CLOSE_TIMEOUT, shield=True):
-        with contextlib.suppress(httpx.HTTPError):
-            await response.aclose()
-
-
-class _NotedStream(httpx.AsyncByteStream):
-    """An answer's body, noting the time of every chunk the engine sends, its
-    transport errors turned into the gateway's."""
-
-    def __init__(self, stream: object, heard_at: dict[str, float], engine: str) -> None:
-        assert isinstance(stream, httpx.AsyncByteStream)
-        self._stream = stream
-        self._heard_at = heard_at
-        self._engine = engine
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._stream:
-                self._heard_at[self._engine] = time.monotonic()
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise _gateway_error(exc, answering=True) from exc
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-def _gateway_error(exc: httpx.HTTPError, *, answering: bool) -> GatewayError:
+def _gateway_error(exc: Exception, *, answering: bool, pool_full: bool) -> GatewayError:
     """The gateway's error for a transport error, before the engine's answer
-    began (``answering`` False) or while its body was being read."""
-    if isinstance(exc, httpx.PoolTimeout):
-        return PoolExhausted(
-            "no free connection to the engine in the gateway's pool; retry shortly",
-            retry_after=1,
-        )
-    if isinstance(exc, httpx.ConnectTimeout | httpx.ConnectError):
+    began (``answering`` False) or while its body was being read.
+    ``pool_full``: every connection the gateway may open was in use."""
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        # The wait for a connection from the pool, or the connect itself.
+        if pool_full:
+            return PoolExhausted(
+                "no free connection to the engine in the gateway's pool; retry shortly",
+                retry_after=1,
+            )
         return UpstreamUnreachable(f"engine not reachable: {exc!r}")
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return UpstreamUnreachable(f"engine not reachable: {exc!r}")
+    if isinstance(exc, TimeoutError):
         if answering:
             return UpstreamTimeout("the engine stopped sending (read timeout)")
         return UpstreamTimeout("engine did not answer in time")

@@ -33,15 +33,15 @@ line names them, and admission falls back (see the policy).
 """
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 from app.engine.client import EngineClient
 from app.engine.stats import EngineStats, parse_engine_stats
+from app.errors import GatewayError, PoolExhausted, UpstreamTimeout
 from app.metrics import GatewayMetrics
 from app.settings import Settings
 
@@ -124,14 +124,14 @@ class EngineMonitor:
         late while the engine shows life (the verdict stands as it was)."""
         try:
             response = await self._client.get(self.url, "/health", timeout=self._timeout)
-        except httpx.PoolTimeout:
+        except PoolExhausted:
             return None  # the gateway's own pool is full: nothing about the engine
-        except httpx.TimeoutException as exc:
-            late = not isinstance(exc, httpx.ConnectTimeout)
-            return None if late and self._heard_lately() else False
-        except httpx.HTTPError:
+        except UpstreamTimeout:
+            # Reached, and late to answer.
+            return None if self._heard_lately() else False
+        except GatewayError:
             return False
-        if response.status_code != 200:
+        if response.status != 200:
             return False
         if (not self._up or not self.models) and not await self.refresh_models():
             return False
@@ -163,10 +163,10 @@ class EngineMonitor:
     async def refresh_models(self) -> bool:
         try:
             response = await self._client.get(self.url, "/v1/models", timeout=self._timeout)
-            data: Any = response.json()
-        except (httpx.HTTPError, ValueError):
+            data: Any = json.loads(response.body)
+        except (GatewayError, ValueError):
             return False
-        if response.status_code != 200 or not isinstance(data, dict):
+        if response.status != 200 or not isinstance(data, dict):
             return False
         models: dict[str, int | None] = {}
         for entry in data.get("data") or ():
@@ -187,9 +187,9 @@ class EngineMonitor:
     async def _read_stats(self) -> None:
         try:
             response = await self._client.get(self.url, "/metrics", timeout=self._timeout)
-        except httpx.HTTPError:
+        except GatewayError:
             return
-        if response.status_code != 200:
+        if response.status != 200:
             return
         stats = parse_engine_stats(response.text)
         if stats.missing != self._missing:

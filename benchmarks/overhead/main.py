@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import Processes, benchmark_parser, run_benchmark
+from benchmarks.harness.run import source_commit
 from benchmarks.overhead import __doc__ as DOC
 from benchmarks.overhead.overload import run_overload
 from benchmarks.overhead.profile import run_profile
@@ -59,7 +60,12 @@ def choices(allowed: tuple[str, ...]) -> Any:
 def parser() -> argparse.ArgumentParser:
     p = benchmark_parser(DOC or "")
     p.add_argument("--layout", choices=(*LAYOUTS, "both"), default="unpinned")
-    p.add_argument("--targets", type=choices(TARGETS), default=list(TARGETS))
+    p.add_argument("--targets", type=choices(TARGETS), default=list(TARGETS[:4]))
+    p.add_argument(
+        "--before-src",
+        help="an older gateway's source tree (a git worktree), run as the target `before`"
+        " (admission on) beside the others in every round",
+    )
     p.add_argument("--parts", type=choices(PARTS), default=list(PARTS))
     p.add_argument("--gateway-env", action="append", default=[], metavar="K=V")
     p.add_argument("--router-args", default="", help="more vllm-router flags, split on spaces")
@@ -78,7 +84,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overload-max-tokens", type=int, default=256)
     p.add_argument("--overload-seconds", type=float, default=45.0)
     p.add_argument("--overload-repeats", type=int, default=1)
-    p.add_argument("--overload-targets", type=choices(TARGETS), default=list(TARGETS))
+    p.add_argument("--overload-targets", type=choices(TARGETS), default=list(TARGETS[:4]))
     p.add_argument("--vllm-bench-prompts", type=int, default=320)
     p.add_argument("--vllm-bench-concurrency", type=int, default=32)
     p.add_argument("--vllm-bench-input-len", type=int, default=128)
@@ -95,6 +101,11 @@ def main() -> None:
         print(compare(*args.compare))
         return
     args.gateway_src_resolved = str(Path(args.gateway_src).resolve())
+    if args.before_src:
+        args.targets = [*args.targets, "before"] if "before" not in args.targets else args.targets
+        args.before_commit = source_commit(args.before_src)
+    elif "before" in args.targets:
+        raise SystemExit("the target `before` needs --before-src")
     layouts = list(LAYOUTS) if args.layout == "both" else [args.layout]
 
     async def run(procs: Processes, out: Path) -> dict[str, Any]:

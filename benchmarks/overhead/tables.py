@@ -143,6 +143,8 @@ def vllm_bench_table(results: list[dict[str, Any]]) -> str:
 def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     parts = []
     source = f"gateway source {result['gateway_src']} ({result['gateway_commit']})"
+    if args.before_src:
+        source += f"; `before`: {args.before_src} ({args.before_commit})"
     for layout, data in result.get("layouts", {}).items():
         where = f"{layout}: {layout_note(layout)}; {source}"
         if "rows" in data:

@@ -20,15 +20,17 @@ from benchmarks.harness import (
 )
 from loadtests.prompts import PromptFactory
 
-TARGETS = ("direct", "router", "off", "on")
+TARGETS = ("direct", "router", "off", "on", "before")
 NAMES = {
     "direct": "vLLM direct",
     "router": "vllm-router",
     "off": "gateway, admission off",
     "on": "gateway, admission on",
+    # ``--before-src``: an older gateway, admission on, in the same run.
+    "before": "gateway before, adm. on",
 }
 LAYOUTS = ("unpinned", "pinned")
-GATEWAYS = {"off": {"GATEWAY_ADMISSION": "off"}, "on": {}}
+GATEWAYS = {"off": {"GATEWAY_ADMISSION": "off"}, "on": {}, "before": {}}
 
 
 def engine_cpus(layout: str) -> str:
@@ -85,10 +87,11 @@ class OverheadBench(Bench):
         extra = dict(kv.split("=", 1) for kv in args.gateway_env)
         for target, env in GATEWAYS.items():
             if target in self.targets:
+                src = args.before_src if target == "before" else args.gateway_src
                 self.proxies[target] = self.procs.gateway(
                     f"gateway-{target}-{self.layout}",
                     {"GATEWAY_UPSTREAM_URL": self.engine.url, **env, **extra},
-                    Path(args.gateway_src),
+                    Path(src),
                 )
         if "router" in self.targets:
             self.proxies["router"] = self.procs.router(

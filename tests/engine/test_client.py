@@ -1,60 +1,75 @@
-"""The engine client on its own: a kept-alive connection the engine closed
-as a request went out is sent again once, and a broken connection is an
-error another engine may not have, not proof that the engine is gone."""
+"""The engine client, through the gateway over real connections: a kept-alive
+connection the engine closed or reset as a request went out is sent again
+once, on another connection, and a broken connection is an error another
+engine may not have, not proof that the engine is gone."""
 
-import httpx
 import pytest
 
-from app.engine.client import EngineClient
-from app.errors import UpstreamFailed
-from app.settings import Settings
 from tests.support.asgi import in_process_gateway
-from tests.support.scripted_engine import MODEL, ScriptedEngine
+from tests.support.scripted_engine import MODEL, ScriptedEngine, next_call
 
-ENGINE = "http://engine:8000"
-
-
-def client_failing(times: int, error: type[httpx.TransportError]) -> tuple[EngineClient, list[int]]:
-    """A client whose first ``times`` sends fail with ``error`` before any answer."""
-    sends: list[int] = []
-
-    def handle(request: httpx.Request) -> httpx.Response:
-        sends.append(len(sends))
-        if len(sends) <= times:
-            raise error("connection reset by peer", request=request)
-        return httpx.Response(200, json={"choices": []})
-
-    return EngineClient(Settings(), httpx.MockTransport(handle)), sends
+COMPLETIONS = "/v1/completions"
+BODY = {"model": MODEL, "prompt": "hi", "max_tokens": 4}
+ANSWER = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}
 
 
-@pytest.mark.parametrize("error", [httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError])
+@pytest.mark.parametrize("reset", [True, False], ids=["reset", "closed"])
 async def test_a_connection_closed_or_reset_before_any_answer_is_sent_again_once(
-    error: type[httpx.TransportError],
+    reset: bool,
 ) -> None:
-    client, sends = client_failing(1, error)
-    response = await client.open(ENGINE, "/v1/completions", b"{}", "id", stream=False)
-    assert response.status_code == 200
-    assert len(sends) == 2
-    await response.aclose()
-    await client.aclose()
+    async with in_process_gateway() as gateway:
+        exchange = gateway.request(COMPLETIONS, BODY)
+        _, first = await next_call(gateway.engine)
+        # On the connection the start-up checks left open: the engine had it
+        # idle, and drops it as the request arrives, unanswered.
+        assert first.kept_alive
+        first.drop(reset=reset)
+        _, again = await next_call(gateway.engine)
+        again.answer(200, ANSWER)
+        await exchange.done()
+        assert exchange.status == 200, exchange.body
+        assert gateway.engine.calls.empty()
+        assert gateway.metric("gateway_engine_retries_total") == 0
+        assert gateway.metric("gateway_engine_ejections_total") == 0
 
 
 async def test_twice_is_a_broken_engine_connection_that_does_not_eject() -> None:
-    client, sends = client_failing(2, httpx.ReadError)
-    with pytest.raises(UpstreamFailed) as failed:
-        await client.open(ENGINE, "/v1/completions", b"{}", "id", stream=False)
-    assert len(sends) == 2
-    assert failed.value.retryable
-    assert not failed.value.ejects
-    await client.aclose()
+    a, b = ScriptedEngine(), ScriptedEngine()
+    async with in_process_gateway(fleet=(a, b)) as gateway:
+        exchange = gateway.request(COMPLETIONS, BODY)
+        broken, first = await next_call(a, b)
+        first.drop()
+        same, again = await next_call(a, b)
+        assert same is broken  # sent again once to the same engine
+        again.drop()
+        # Broken twice: a failure another engine may not have, so it goes there.
+        other, last = await next_call(a, b)
+        assert other is not broken
+        last.answer(200, ANSWER)
+        await exchange.done()
+        assert exchange.status == 200, exchange.body
+        assert gateway.metric("gateway_engine_retries_total") == 1
+        assert gateway.metric("gateway_engine_ejections_total") == 0
+        assert gateway.metric("gateway_upstream_up", engine=broken.label) == 1
+        assert gateway.settled()
 
 
 async def test_an_engine_that_breaks_a_request_stays_in_routing() -> None:
-    engine = ScriptedEngine(completion_error=httpx.ReadError("connection reset by peer"))
-    async with in_process_gateway(engine) as gateway:
-        exchange = gateway.request("/v1/completions", {"model": MODEL, "prompt": "hi"})
+    async with in_process_gateway() as gateway:
+        engine = gateway.engine
+        exchange = gateway.request(COMPLETIONS, BODY)
+        for _ in range(2):
+            _, call = await next_call(engine)
+            call.drop()
         await exchange.done()
         assert exchange.status == 502
+        assert exchange.json()["error"]["code"] == "engine_error"
         assert gateway.metric("gateway_engine_ejections_total") == 0
         assert gateway.metric("gateway_upstream_up") == 1
         assert gateway.settled()
+        # The next request goes to it, and is served.
+        served = gateway.request(COMPLETIONS, BODY)
+        _, call = await next_call(engine)
+        call.answer(200, ANSWER)
+        assert (await served.done()).status == 200
+        assert engine.calls.empty()

@@ -5,7 +5,6 @@ check that is late while the engine's answers flow ejects nothing."""
 import asyncio
 from collections.abc import Callable
 
-import httpx
 import pytest
 
 from tests.support.asgi import in_process_gateway
@@ -77,39 +76,36 @@ async def test_a_stale_answer_counts_as_down_but_the_last_engine_is_still_routed
 
 
 async def test_a_check_late_while_answers_flow_ejects_nothing_and_one_late_in_silence_does(
-    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     async with in_process_gateway(health_interval=0.05, health_timeout=1.0) as gateway:
         (monitor,) = gateway.services.engines.monitors.values()
-        client = gateway.services.engine_client
-        checks = client.get
-        late = 0
-
-        async def late_health(engine: str, path: str, *, timeout: float) -> httpx.Response:
-            nonlocal late
-            if path == "/health":
-                late += 1
-                raise httpx.ReadTimeout("the engine is busy")
-            return await checks(engine, path, timeout=timeout)
-
+        engine = gateway.engine
         stream = gateway.request("/v1/completions", BODY)
-        call = await gateway.engine.calls.get()
+        call = await engine.calls.get()
         call.stream()
-        monkeypatch.setattr(client, "get", late_health)
-        while late < 10:
-            call.send(chunk("tok"))
-            await asyncio.sleep(0.05)
+        engine.answer_health_late()  # busy: every check times out from now on
+        late_from = engine.requests["/health"]
+        # Three checks timed out while the stream's tokens kept arriving.
+        async with asyncio.timeout(60):
+            while engine.requests["/health"] < late_from + 4:
+                call.send(chunk("tok"))
+                await asyncio.sleep(0.05)
         assert monitor.up
         assert gateway.metric("gateway_engine_ejections_total") == 0
         # The stream goes quiet: a late check is now a hung engine.
         await _until(lambda: monitor.ejected)
         assert gateway.metric("gateway_engine_ejections_total") == 1
         assert gateway.services.engines.up_engines() == []
+        downs = [r for r in caplog.records if "DOWN (ejected)" in r.getMessage()]
+        assert len(downs) == 1
         stream.disconnect()
         await stream.done()
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    """Poll while the monitor's own loop runs (real time: it sleeps)."""
-    while not check():  # noqa: ASYNC110 - the condition has no event to wait on
-        await asyncio.sleep(0.05)
+async def _until(check: Callable[[], bool], timeout: float = 60) -> None:
+    """Poll while the monitor's own loop runs (real time: it sleeps), until
+    ``check`` holds (``TimeoutError`` after ``timeout`` seconds)."""
+    async with asyncio.timeout(timeout):
+        while not check():  # noqa: ASYNC110 - the condition has no event to wait on
+            await asyncio.sleep(0.05)

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.support.asgi import Exchange, in_process_gateway
-from tests.support.scripted_engine import MODEL, EngineCall, ScriptedEngine, fleet, next_call
+from tests.support.scripted_engine import MODEL, EngineCall, ScriptedEngine, next_call
 from tests.support.wait import wait_for
 
 COMPLETIONS = "/v1/completions"
@@ -19,14 +19,12 @@ async def _hangs() -> None:
     await asyncio.sleep(3600)
 
 
-async def _calls(count: int, fleet: dict[str, ScriptedEngine]) -> dict[str, list[EngineCall]]:
+async def _calls(count: int, *fleet: ScriptedEngine) -> dict[ScriptedEngine, list[EngineCall]]:
     """The next ``count`` calls the fleet's engines receive, by engine."""
-    got: dict[str, list[EngineCall]] = {name: [] for name in fleet}
-    while sum(map(len, got.values())) < count:
-        for name, engine in fleet.items():
-            while not engine.calls.empty():
-                got[name].append(engine.calls.get_nowait())
-        await asyncio.sleep(0)
+    got: dict[ScriptedEngine, list[EngineCall]] = {engine: [] for engine in fleet}
+    for _ in range(count):
+        engine, call = await next_call(*fleet)
+        got[engine].append(call)
     return got
 
 
@@ -36,23 +34,24 @@ async def _split_of_four(
     """Four requests held open together (so a least-loaded choice would
     split them) while the ``silent`` engines' checks stop finishing: how
     many reached a and b. Each is answered and succeeds."""
-    fleet = {"a:8000": ScriptedEngine(), "b:8000": ScriptedEngine()}
+    engines = {"a": ScriptedEngine(), "b": ScriptedEngine()}
+    a, b = engines["a"], engines["b"]
     async with in_process_gateway(
-        fleet=fleet, admission=admission, health_interval=0.05, health_timeout=0.2
+        fleet=(a, b), admission=admission, health_interval=0.05, health_timeout=0.2
     ) as gateway:
         monitors = gateway.services.engines.monitors
-        quiet = [monitors[f"http://{name}:8000"] for name in silent]
+        quiet = [monitors[engines[name].url] for name in silent]
         for monitor in quiet:
             monkeypatch.setattr(monitor, "check", _hangs)
         assert await wait_for(lambda: not any(m.up for m in quiet), timeout=30)
         assert not any(m.ejected for m in quiet)  # a doubt, not a death
         exchanges: list[Exchange] = [gateway.request(COMPLETIONS, BODY) for _ in range(4)]
-        calls = await asyncio.wait_for(_calls(4, fleet), timeout=30)
-        for call in calls["a:8000"] + calls["b:8000"]:
+        calls = await asyncio.wait_for(_calls(4, a, b), timeout=30)
+        for call in calls[a] + calls[b]:
             call.answer(200, ANSWER)
         assert [(await e.done()).status for e in exchanges] == [200] * 4
         assert gateway.metric("gateway_engine_ejections_total") == 0
-        return len(calls["a:8000"]), len(calls["b:8000"])
+        return len(calls[a]), len(calls[b])
 
 
 @pytest.mark.parametrize("admission", ["on", "off"])
@@ -72,7 +71,7 @@ async def test_with_no_engine_heard_from_every_engine_not_ejected_is_routed_to(
 async def test_models_are_the_union_and_each_goes_to_its_engines() -> None:
     a = ScriptedEngine(models=(MODEL,))
     b = ScriptedEngine(models=("other",))
-    async with in_process_gateway(fleet=fleet(a=a, b=b)) as gateway:
+    async with in_process_gateway(fleet=(a, b)) as gateway:
         listed = await gateway.request("/v1/models", b"", method="GET").done()
         assert sorted(m["id"] for m in listed.json()["data"]) == sorted([MODEL, "other"])
         exchange = gateway.request(COMPLETIONS, {**BODY, "model": "other"})

@@ -10,8 +10,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
+from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from tests.support.asgi import in_process_gateway
 from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk
@@ -27,10 +28,10 @@ PATHS = {"/health", "/v1/models", "/metrics", "/v1/completions"}
 class HeaderNotingEngine(ScriptedEngine):
     """A scripted engine that keeps the path and headers of every request."""
 
-    seen: list[tuple[str, httpx.Headers]] = field(default_factory=list)
+    seen: list[tuple[str, CIMultiDictProxy[str]]] = field(default_factory=list)
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append((request.url.path, request.headers))
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append((request.path, request.headers))
         return await super().handle(request)
 
 
@@ -52,7 +53,7 @@ async def test_the_upstream_key_goes_with_every_call_to_the_engine() -> None:
     await served_once(engine, upstream_api_key="sk-the-engines")
     assert {path for path, _ in engine.seen} >= PATHS
     for path, headers in engine.seen:
-        assert headers.get_list("authorization") == ["Bearer sk-the-engines"], path
+        assert headers.getall("authorization") == ["Bearer sk-the-engines"], path
 
 
 async def test_a_clients_authorization_never_goes_upstream() -> None:
@@ -68,10 +69,10 @@ class KeyedEngine(HeaderNotingEngine):
     """What vLLM started with --api-key answers a caller without its key:
     /health and /metrics as ever, 401 on /v1/*."""
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.startswith("/v1/"):
-            self.seen.append((request.url.path, request.headers))
-            return httpx.Response(401, json={"error": "Unauthorized"})
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.path.startswith("/v1/"):
+            self.seen.append((request.path, request.headers))
+            return web.json_response({"error": "Unauthorized"}, status=401)
         return await super().handle(request)
 
 

@@ -18,10 +18,13 @@ async def test_a_client_that_stops_reading_is_dropped_at_the_send_timeout(
         exchange, call = await open_stream(gateway)
         exchange.stop_reading_after(1)
         call.send(chunk("a"))
+        # "b" apart from "a": sent together, one read could bring both and
+        # the one send that carries them would not block.
+        await exchange.wait_for(lambda e: b'"a"' in e.body)
         call.send(chunk("b"))
         await exchange.done()
         assert gateway.metric("gateway_rejections_total", reason="slow_reader") == 1
-        assert call.closed.is_set()
+        await call.wait_closed()
         assert gateway.settled()
     dropped = [r for r in caplog.records if "stopped reading" in r.getMessage()]
     assert len(dropped) == 1

@@ -20,7 +20,7 @@ async def test_a_whole_stream_completes_and_usage_is_dropped_unless_asked() -> N
         assert events(exchange) == [chunk("a")[:-2], chunk("b", "length")[:-2], DONE[:-2]]
         assert gateway.metric("gateway_requests_total", outcome="completed") == 1
         assert gateway.metric("gateway_tokens_total", kind="completion") == 2
-        assert call.closed.is_set()
+        await call.wait_closed()
         assert gateway.settled()
 
 

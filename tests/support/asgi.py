@@ -3,14 +3,14 @@
 As Starlette tests its own streaming: the test owns ``receive`` (the body's
 parts, and the moment the client disconnects) and ``send`` (what the client
 gets, and whether it takes it), so races are set up, not slept into. The
-engine behind is a ``ScriptedEngine``; the app, its lifespan, admission and
-relay are the real ones.
+engine behind is a ``ScriptedEngine``, over real connections; the app, its
+lifespan, admission and relay are the real ones.
 """
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from app.drain import Drain
 from app.main import create_app
 from app.services import Services
 from app.settings import Settings
-from tests.support.scripted_engine import ScriptedEngine, fleet_transport
+from tests.support.scripted_engine import ScriptedEngine
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float:
@@ -187,19 +187,22 @@ class InProcessGateway:
 async def in_process_gateway(
     engine: ScriptedEngine | None = None,
     drain: Drain | None = None,
-    fleet: dict[str, ScriptedEngine] | None = None,
+    fleet: Sequence[ScriptedEngine] | None = None,
     **settings: Any,
 ) -> AsyncIterator[InProcessGateway]:
     """A gateway in front of one scripted engine, or of a ``fleet`` of them
-    (by ``host:port``; the first is ``engine``)."""
-    if fleet is not None:
-        transport = fleet_transport(fleet)
-        settings.setdefault("upstream_urls", ",".join(f"http://{name}" for name in fleet))
-        engine = next(iter(fleet.values()))
-    else:
-        engine = engine or ScriptedEngine()
-        transport = engine.transport()
-    config = Settings(**{"health_interval": 3600, **settings})
-    app = create_app(config, drain, transport=transport)
-    async with app.router.lifespan_context(app) as state:
-        yield InProcessGateway(app, dict(state or {}), engine)
+    (the first is ``engine``), at their URLs. Engines not yet running are
+    started here and stopped after the gateway."""
+    engines = list(fleet) if fleet is not None else [engine or ScriptedEngine()]
+    async with AsyncExitStack() as started:
+        for one in engines:
+            if not one.running:
+                await started.enter_async_context(one)
+        if fleet is not None:
+            settings.setdefault("upstream_urls", ",".join(one.url for one in engines))
+        else:
+            settings.setdefault("upstream_url", engines[0].url)
+        config = Settings(**{"health_interval": 3600, **settings})
+        app = create_app(config, drain)
+        async with app.router.lifespan_context(app) as state:
+            yield InProcessGateway(app, dict(state or {}), engines[0])

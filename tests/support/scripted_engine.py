@@ -1,24 +1,34 @@
-"""An in-process engine whose every answer the test scripts (a fake upstream,
-named as such: for the gateway's own glue, where the test must decide the
-exact moment each byte arrives, fails or stops).
+"""An engine whose every answer the test scripts (a fake upstream, named as
+such: for the gateway's own glue, where the test must decide the exact moment
+each byte arrives, fails or stops).
 
-Served through ``httpx.MockTransport``, so the gateway's real engine client,
-relay and admission run unchanged. Each completion request becomes an
-``EngineCall`` the test receives from ``calls``; the test then decides what the
-engine sends and when, and sees when the gateway closes the response (which,
-for a real engine, is what aborts the request).
+A real HTTP server on 127.0.0.1 (aiohttp's, on a port of its own, in the
+test's event loop), so the gateway's real engine client, relay and admission
+run unchanged over real sockets, whichever HTTP client the gateway uses. It
+answers ``/health``, ``/v1/models`` and ``/metrics`` as vLLM does; every
+other request becomes an ``EngineCall`` the test receives from ``calls``. The
+test then decides what the engine sends and when, and each failure is what an
+engine does on the wire: it resets or closes the connection, stalls, answers
+its health check late, or is down (nothing listens on its port). The call
+sees when the gateway closes its connection (which, for a real engine, is
+what aborts the request).
 """
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+import socket
+import struct
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import TracebackType
+from typing import Any, NoReturn
 
-import httpx
+from aiohttp import web
 
 MODEL = "tiny"
 MAX_MODEL_LEN = 2048
+HOST = "127.0.0.1"
 
 
 def chunk(text: str, finish: str | None = None) -> bytes:
@@ -44,21 +54,15 @@ def usage_chunk(prompt: int, completion: int) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-class _Stream(httpx.AsyncByteStream):
-    def __init__(self, call: "EngineCall") -> None:
-        self._call = call
+@dataclass(frozen=True)
+class _Drop:
+    """The engine's end of the connection goes away."""
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while True:
-            item = await self._call._parts.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+    reset: bool
 
-    async def aclose(self) -> None:
-        self._call.closed.set()
+
+_STREAM = object()
+_END = object()
 
 
 @dataclass(eq=False)
@@ -66,69 +70,224 @@ class EngineCall:
     """One request the gateway sent to the engine."""
 
     path: str
-    headers: httpx.Headers
+    headers: Mapping[str, str]
     body: dict[str, Any]
+    # The connection had carried an earlier request (the gateway kept it alive).
+    kept_alive: bool
+    # Set once the call is over for the engine: its whole answer sent, or its
+    # connection gone (the gateway closed it, or the engine dropped it).
     closed: asyncio.Event = field(default_factory=asyncio.Event)
-    _parts: "asyncio.Queue[bytes | BaseException | None]" = field(default_factory=asyncio.Queue)
-    _answer: "asyncio.Future[httpx.Response]" = field(
+    _parts: "asyncio.Queue[bytes | object]" = field(default_factory=asyncio.Queue)
+    _answer: "asyncio.Future[object]" = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
     def stream(self) -> None:
         """Answer 200 with a stream whose bytes ``send`` provides."""
-        self._answer.set_result(
-            httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Stream(self))
-        )
+        self._answer.set_result(_STREAM)
 
     def send(self, data: bytes) -> None:
+        """Bytes of the stream, in order (TCP may hand the gateway several
+        sends at once, or one in parts, as with a real engine)."""
         self._parts.put_nowait(data)
 
     def end(self) -> None:
-        self._parts.put_nowait(None)
-
-    def fail(self, error: BaseException) -> None:
-        """The next read raises ``error`` (a broken connection, a timeout)."""
-        self._parts.put_nowait(error)
+        """The stream's last chunk: the answer is whole."""
+        self._parts.put_nowait(_END)
 
     def answer(self, status: int, body: dict[str, Any]) -> None:
-        self._answer.set_result(httpx.Response(status, json=body))
+        self._answer.set_result(web.json_response(body, status=status))
+
+    def drop(self, *, reset: bool = True) -> None:
+        """After what was sent so far, the engine's end of the connection goes
+        away: reset (RST, "connection reset by peer") or closed (FIN, the
+        server disconnected), as when its process dies. Before ``stream`` or
+        ``answer``, with no answer at all."""
+        if self._answer.done():
+            self._parts.put_nowait(_Drop(reset))
+        else:
+            self._answer.set_result(_Drop(reset))
+
+    async def wait_closed(self, timeout: float = 30) -> None:
+        """Until the call is over for the engine (``closed``); the server sees
+        the gateway's close a turn of the loop after the gateway made it."""
+        await asyncio.wait_for(self.closed.wait(), timeout)
+
+    async def _serve(self, request: web.Request) -> web.StreamResponse:
+        answer = await self._answer
+        if isinstance(answer, _Drop):
+            await _drop(request, answer.reset)
+        if isinstance(answer, web.StreamResponse):
+            return answer
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        while True:
+            part = await self._parts.get()
+            if part is _END:
+                await response.write_eof()
+                return response
+            if isinstance(part, _Drop):
+                await _drop(request, part.reset)
+            assert isinstance(part, bytes)
+            await response.write(part)
 
 
-@dataclass
+async def _drop(request: web.Request, reset: bool) -> NoReturn:
+    transport = request.transport
+    if transport is not None:
+        if reset:
+            # Linger 0: the close sends RST, not FIN.
+            sock = transport.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    # The server cancels this handler as it sees the connection gone.
+    await asyncio.get_running_loop().create_future()
+    raise AssertionError("unreachable")
+
+
+@dataclass(eq=False)
 class ScriptedEngine:
+    """Started and stopped as an async context manager (the in-process
+    gateway does it for the engines it is given that are not running)."""
+
     kv_blocks: int = 24
     block_size: int = 16
     models: tuple[str, ...] = (MODEL,)
-    # While False, every request to it fails to connect (an engine that is down).
+    # False: nothing listens on its port from the start (an engine that is down).
     reachable: bool = True
-    calls: "asyncio.Queue[EngineCall]" = field(default_factory=asyncio.Queue)
     metrics_text: str = ""
-    # Raised instead of answering a completion (what the HTTP client raises
-    # when, say, its pool has no free connection).
-    completion_error: Exception | None = None
+    calls: "asyncio.Queue[EngineCall]" = field(default_factory=asyncio.Queue)
+    # Requests received, by path.
+    requests: Counter[str] = field(default_factory=Counter)
+    # Cleared while /health answers only once the gateway has given up waiting.
+    _health_on_time: asyncio.Event = field(default_factory=asyncio.Event)
+    _runner: web.AppRunner | None = None
+    _site: web.TCPSite | None = None
+    # Holds the port while nothing listens on it (SO_REUSEPORT), so the engine
+    # comes back on the same one.
+    _port_holder: socket.socket | None = None
+    _port: int | None = None
+    # Requests received on each connection.
+    _requests_on: Counter[object] = field(default_factory=Counter)
+    _arrivals: list["asyncio.Future[None]"] = field(default_factory=list)
 
-    def transport(self) -> httpx.MockTransport:
-        return httpx.MockTransport(self.handle)
+    @property
+    def port(self) -> int:
+        """Its port, from its start on (still its after it stopped)."""
+        assert self._port is not None, "the engine is not started"
+        return self._port
 
-    async def handle(self, request: httpx.Request) -> httpx.Response:
-        if not self.reachable:
-            raise httpx.ConnectError("connection refused", request=request)
-        path = request.url.path
+    def __repr__(self) -> str:
+        return f"ScriptedEngine({self._port or 'not started'})"
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def label(self) -> str:
+        """Its name in the gateway's metrics and logs."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    async def __aenter__(self) -> "ScriptedEngine":
+        self._health_on_time.set()
+        holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        holder.bind((HOST, 0))
+        self._port_holder = holder
+        self._port = holder.getsockname()[1]
+        app = web.Application()
+        app.router.add_route("*", "/{path:.*}", self._route)
+        # Cancelled handlers are how a call sees the gateway close its connection.
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, access_log=None, shutdown_timeout=5
+        )
+        await self._runner.setup()
+        if self.reachable:
+            await self.come_back()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.go_down()
+        assert self._runner is not None
+        assert self._port_holder is not None
+        await self._runner.cleanup()
+        self._port_holder.close()
+        self._runner = self._port_holder = None
+        self._requests_on.clear()
+
+    async def go_down(self) -> None:
+        """The engine's process is gone: its connections closed, and nothing
+        listens on its port (a connection to it is refused)."""
+        self.reachable = False
+        if self._site is not None:
+            await self._site.stop()
+            self._site = None
+        assert self._runner is not None
+        assert self._runner.server is not None
+        for connection in self._runner.server.connections:
+            if connection.transport is not None:
+                connection.transport.abort()
+
+    async def come_back(self) -> None:
+        """Listening again, on the same port."""
+        assert self._runner is not None
+        assert self._site is None
+        self._site = web.TCPSite(self._runner, HOST, self.port, reuse_port=True)
+        await self._site.start()
+        self.reachable = True
+
+    def answer_health_late(self, late: bool = True) -> None:
+        """While ``late``, /health answers only after the gateway's check has
+        given up (an engine too busy to answer in time); then on time again."""
+        if late:
+            self._health_on_time.clear()
+        else:
+            self._health_on_time.set()
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        self._requests_on[request.protocol] += 1
+        self.requests[request.path] += 1
+        return await self.handle(request)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """What vLLM answers on each path (a subclass may note or change it)."""
+        path = request.path
         if path == "/health":
-            return httpx.Response(200)
+            await self._health_on_time.wait()
+            return web.Response()
         if path == "/v1/models":
             data = [
                 {"id": name, "object": "model", "max_model_len": MAX_MODEL_LEN}
                 for name in self.models
             ]
-            return httpx.Response(200, json={"object": "list", "data": data})
+            return web.json_response({"object": "list", "data": data})
         if path == "/metrics":
-            return httpx.Response(200, text=self.metrics_text or self._metrics())
-        if self.completion_error is not None:
-            raise self.completion_error
-        call = EngineCall(path, request.headers, json.loads(await request.aread()))
+            return web.Response(text=self.metrics_text or self._metrics())
+        return await self._completion(request)
+
+    async def _completion(self, request: web.Request) -> web.StreamResponse:
+        body = json.loads(await request.read())
+        call = EngineCall(
+            request.path, request.headers, body, self._requests_on[request.protocol] > 1
+        )
         self.calls.put_nowait(call)
-        return await call._answer
+        for arrival in self._arrivals:
+            if not arrival.done():
+                arrival.set_result(None)
+        try:
+            return await call._serve(request)
+        finally:
+            call.closed.set()
 
     def _metrics(self) -> str:
         return (
@@ -142,25 +301,21 @@ class ScriptedEngine:
         )
 
 
-def fleet(**engines: ScriptedEngine) -> dict[str, ScriptedEngine]:
-    """Scripted engines by the ``host:port`` the gateway knows them at."""
-    return {f"{name}:8000": engine for name, engine in engines.items()}
-
-
-async def next_call(*engines: ScriptedEngine) -> tuple[ScriptedEngine, EngineCall]:
-    """The next call any of ``engines`` receives."""
-    while True:
-        for engine in engines:
-            if not engine.calls.empty():
-                return engine, engine.calls.get_nowait()
-        await asyncio.sleep(0)
-
-
-def fleet_transport(engines: dict[str, ScriptedEngine]) -> httpx.MockTransport:
-    """One transport for several scripted engines, by host:port
-    (``upstream_urls`` names them ``http://<host:port>``)."""
-
-    async def handle(request: httpx.Request) -> httpx.Response:
-        return await engines[f"{request.url.host}:{request.url.port}"].handle(request)
-
-    return httpx.MockTransport(handle)
+async def next_call(
+    *engines: ScriptedEngine, timeout: float = 30
+) -> tuple[ScriptedEngine, EngineCall]:
+    """The next call any of ``engines`` receives (``TimeoutError`` if none
+    does within ``timeout`` seconds)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            for engine in engines:
+                if not engine.calls.empty():
+                    return engine, engine.calls.get_nowait()
+            arrival: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            for engine in engines:
+                engine._arrivals.append(arrival)
+            try:
+                await arrival
+            finally:
+                for engine in engines:
+                    engine._arrivals.remove(arrival)
