@@ -339,6 +339,21 @@ def test_the_keys_come_from_a_secret_volume_without_subpath(
     assert not rendered.of_kind("Secret")
 
 
+def test_the_engine_key_comes_from_one_optional_secret_for_both_sides(rendered: Rendered) -> None:
+    """vLLM's key (``VLLM_API_KEY``, what ``--api-key`` sets) and the
+    gateway's ``GATEWAY_UPSTREAM_API_KEY`` from the same Secret, which the
+    operator creates: without it, both pods still start, keyless."""
+    sources = {}
+    for which, variable in ((GATEWAY, "GATEWAY_UPSTREAM_API_KEY"), (ENGINE, "VLLM_API_KEY")):
+        env = {e["name"]: e for e in only_container(rendered, which).get("env", [])}
+        ref = env[variable]["valueFrom"]["secretKeyRef"]
+        assert ref["optional"] is True
+        sources[which] = (ref["name"], ref["key"])
+    assert sources[GATEWAY] == sources[ENGINE]
+    assert "GATEWAY_UPSTREAM_API_KEY" not in settings_env(rendered)
+    assert not rendered.of_kind("Secret")
+
+
 def test_the_gateway_may_run_as_many_sequences_as_the_engine(
     rendered: Rendered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -491,7 +506,9 @@ def test_the_engine_is_configured_as_compose_configures_it(
     compose_engine = compose_for(rendered, compose)["services"]["vllm"]
     env = {e["name"] for e in engine.get("env", [])}
     if rendered.name == "cpu":
-        assert env <= launcher_variables(), env - launcher_variables()
+        # VLLM_API_KEY is read by vLLM itself, not by the launcher.
+        launcher = launcher_variables() | {"VLLM_API_KEY"}
+        assert env <= launcher, env - launcher
         assert env <= set(compose_engine["environment"])
         assert "args" not in engine
     else:

@@ -28,8 +28,12 @@ def test_no_pod_gets_the_services_variables(rendered: Rendered) -> None:
 
 
 def test_the_gateways_settings_name_no_service_variable(rendered: Rendered) -> None:
-    """What the gateway reads comes from its ConfigMap alone, by name."""
+    """What the gateway reads comes from its ConfigMap, by name, and its one
+    secret setting from a Secret's key, by name: nothing from the Services."""
     (gateway,) = [t for w, t in rendered.pod_templates() if w["metadata"]["name"] == "vllm-gateway"]
     (container,) = gateway["spec"]["containers"]
-    assert not container.get("env"), "settings belong in the ConfigMap"
+    env = container.get("env", [])
+    # Settings belong in the ConfigMap; the engine key alone in a Secret.
+    assert [e["name"] for e in env] == ["GATEWAY_UPSTREAM_API_KEY"]
+    assert env[0]["valueFrom"].keys() == {"secretKeyRef"}
     assert [source.keys() for source in container["envFrom"]] == [{"configMapRef"}]
