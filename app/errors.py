@@ -271,8 +271,9 @@ class FrameworkError(GatewayError):
     """An HTTP error of the web framework's own (a malformed request line,
     a route it refused), in the gateway's shape."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        # Starlette's own headers: a 405's Allow (RFC 9110).
+        super().__init__(message, headers=headers)
         self.status = status
         self.type = "invalid_request_error" if status < 500 else "server_error"
 

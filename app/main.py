@@ -101,7 +101,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(_: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        return error_response(FrameworkError(exc.status_code, str(exc.detail)))
+        return error_response(
+            FrameworkError(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+        )
 
     async def invalid(_: Request, exc: Exception) -> Response:
         return error_response(InvalidRequest(str(exc)))

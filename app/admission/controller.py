@@ -138,7 +138,7 @@ class AdmissionController:
         """The first prompt's prefix pieces, with the tokens (estimated) up
         to the end of each."""
         text = job.prompts[0].text
-        chain = prefix_chain(text, PREFIX_PIECES)
+        chain = prefix_chain(text, PREFIX_PIECES, job.cache_salt)
         return tuple(
             (piece, self.estimator.estimate(job.route, (i + 1) * CHUNK_CHARS))
             for i, piece in enumerate(chain)

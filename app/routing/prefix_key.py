@@ -8,6 +8,8 @@ the same over the prompt's text, in pieces of ``CHUNK_CHARS`` characters:
 the hash after the first ``AFFINITY_CHUNKS`` pieces (or fewer, for a shorter
 prompt): requests that agree on their first couple of thousand characters —
 the system prompt and a RAG document, the conversation so far — share it.
+The chain starts from the request's prefix-cache salt, as vLLM's does: two
+requests of different salts share no cached block, so no key either.
 """
 
 import hashlib
@@ -18,13 +20,14 @@ CHUNK_CHARS = 256
 AFFINITY_CHUNKS = 8
 
 
-def prefix_chain(text: str, limit: int | None = None) -> tuple[int, ...]:
-    """Chained hashes of the text's whole pieces (at most ``limit``)."""
+def prefix_chain(text: str, limit: int | None = None, salt: str | None = None) -> tuple[int, ...]:
+    """Chained hashes of the text's whole pieces (at most ``limit``), from
+    ``salt``'s."""
     pieces = len(text) // CHUNK_CHARS
     if limit is not None:
         pieces = min(pieces, limit)
     chain: list[int] = []
-    previous = b""
+    previous = _seed(salt)
     for i in range(pieces):
         piece = text[i * CHUNK_CHARS : (i + 1) * CHUNK_CHARS].encode("utf-8", "surrogatepass")
         previous = hashlib.blake2b(previous + piece, digest_size=8).digest()
@@ -38,8 +41,18 @@ def affinity_of(job: CompletionJob) -> int | None:
     text = job.prompts[0].text
     if not text:
         return None
-    chain = prefix_chain(text, AFFINITY_CHUNKS)
+    chain = prefix_chain(text, AFFINITY_CHUNKS, job.cache_salt)
     if chain:
         return chain[-1]
-    short = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    short = hashlib.blake2b(
+        _seed(job.cache_salt) + text.encode("utf-8", "surrogatepass"), digest_size=8
+    ).digest()
     return int.from_bytes(short, "big")
+
+
+def _seed(salt: str | None) -> bytes:
+    """Where a chain starts: nothing unsalted, else a fixed-size digest of
+    the salt (so no salt and text run into each other)."""
+    if salt is None:
+        return b""
+    return hashlib.blake2b(salt.encode(), digest_size=8, person=b"salt").digest()

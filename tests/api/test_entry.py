@@ -36,3 +36,17 @@ async def test_a_405_names_the_method_the_route_allows(method: str, path: str) -
         assert exchange.status == 405
         assert exchange.headers["allow"] == "POST"
         assert exchange.json()["error"]["code"] == "method_not_allowed"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [("POST", "/v1/models", "GET"), ("POST", "/health/live", "GET"), ("PUT", "/metrics", "GET")],
+)
+async def test_the_frameworks_own_405s_name_what_the_route_allows(
+    method: str, path: str, allowed: str
+) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(path, b"", method=method).done()
+        assert exchange.status == 405
+        assert exchange.headers["allow"] == allowed
+        assert exchange.json()["error"]["type"] == "invalid_request_error"
