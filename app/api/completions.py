@@ -1,14 +1,17 @@
-"""The OpenAI-compatible routes FastAPI serves: ``/v1/models``.
+"""The OpenAI-compatible routes FastAPI serves: ``/v1/models`` and
+``/v1/models/{model}``.
 
 The two completion routes are taken at the entry (``app.api.entry``)."""
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.deps import ServicesDep
-from app.errors import EngineUnavailable, GatewayError
+from app.errors import EngineUnavailable, GatewayError, ModelNotFound
 from app.keys.identify import authenticate
 from app.responses import error_response
 
@@ -19,6 +22,26 @@ router = APIRouter(prefix="/v1")
 async def models(request: Request, services: ServicesDep) -> Response:
     """The union of the models the engines that are up serve; one access-log
     line (no outcome is counted for it)."""
+    return _answer(request, services, lambda listed: listed)
+
+
+@router.get("/models/{model:path}")
+async def model(model: str, request: Request, services: ServicesDep) -> Response:
+    """One model of that union, as OpenAI's ``GET /v1/models/{model}``
+    answers (vLLM 0.32 has no such route: this is the gateway's own)."""
+
+    def one(listed: dict[str, Any]) -> dict[str, Any]:
+        for entry in listed["data"]:
+            if entry["id"] == model:
+                return dict(entry)
+        raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+
+    return _answer(request, services, one)
+
+
+def _answer(
+    request: Request, services: ServicesDep, pick: Callable[[dict[str, Any]], dict[str, Any]]
+) -> Response:
     arrival, key_id = time.perf_counter(), None
     try:
         if services.keys is not None:
@@ -27,7 +50,7 @@ async def models(request: Request, services: ServicesDep) -> Response:
             raise EngineUnavailable(
                 "no engine is available", retry_after=services.settings.retry_after_unavailable
             )
-        response: Response = JSONResponse(services.engines.model_list())
+        response: Response = JSONResponse(pick(services.engines.model_list()))
     except GatewayError as error:
         response = error_response(error)
     services.telemetry.uncounted("models", response.status_code, arrival, key_id)
