@@ -1,0 +1,73 @@
+"""vLLM's ``/tokenize`` and ``/detokenize``, passed through to an engine
+that serves the model.
+
+Authenticated as every API route is, and logged (one access-log line), but
+not admitted: they hold no KV cache and run in the engine's API server, not
+its scheduler. The body goes to the engine as the client sent it; what it
+answers (its validation errors included) comes back as it is.
+"""
+
+import json
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.api.deps import ServicesDep
+from app.errors import EngineUnavailable, GatewayError, InvalidRequest, ModelNotFound
+from app.keys.identify import authenticate
+from app.request_id import current_request_id
+from app.responses import error_response
+from app.services import Services
+from app.validation import read_json_body
+
+router = APIRouter()
+
+
+@router.post("/tokenize")
+async def tokenize(request: Request, services: ServicesDep) -> Response:
+    return await _pass_through("/tokenize", request, services)
+
+
+@router.post("/detokenize")
+async def detokenize(request: Request, services: ServicesDep) -> Response:
+    return await _pass_through("/detokenize", request, services)
+
+
+async def _pass_through(path: str, request: Request, services: Services) -> Response:
+    arrival, key_id = time.perf_counter(), None
+    settings = services.settings
+    try:
+        if services.keys is not None:
+            key_id = authenticate(request.headers, services.keys.ring).id
+        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
+        engine = _engine_for(body.get("model"), services)
+        answer = await services.engine_client.open(
+            engine, path, json.dumps(body).encode(), current_request_id.get(), stream=False
+        )
+        try:
+            content = await answer.read()
+        finally:
+            answer.close()
+        response = Response(content, status_code=answer.status, media_type="application/json")
+    except GatewayError as error:
+        response = error_response(error)
+    services.telemetry.uncounted(path.lstrip("/"), response.status_code, arrival, key_id)
+    return response
+
+
+def _engine_for(model: Any, services: Services) -> str:
+    """An engine that serves ``model`` and may take requests now (the first
+    of them: these calls are light, any will do)."""
+    if not isinstance(model, str) or not model:
+        raise InvalidRequest("`model` is required", param="model")
+    engines = services.engines.up_engines()
+    if not engines:
+        raise EngineUnavailable(
+            "no engine is available", retry_after=services.settings.retry_after_unavailable
+        )
+    for monitor in engines:
+        if model in monitor.model_names:
+            return monitor.url
+    raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
