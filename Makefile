@@ -144,7 +144,7 @@ experiments: $(VENV)/.ready
 # options (--help lists them): --out DIR writes there, --quiet-wait 0 does not
 # wait, --gateway-src DIR runs the gateway from another source tree, e.g. a
 # git worktree of an older commit.
-.PHONY: bench-overhead bench-limits bench-prefix
+.PHONY: bench-overhead bench-limits bench-prefix bench-shared-state
 bench: setup
 	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
 
@@ -164,3 +164,7 @@ bench-limits: setup
 
 bench-prefix: setup
 	$(VENV)/bin/python -m benchmarks.prefix $(BENCH_ARGS)
+
+# The admission script's cost in Redis at 2 to 128 replicas (no engine).
+bench-shared-state: $(VENV)/.ready
+	$(VENV)/bin/python -m benchmarks.shared_state $(BENCH_ARGS)
