@@ -4,8 +4,8 @@
     vllm-gateway settings   print the settings it would run with, secrets masked
     vllm-gateway --version
 
-Settings come from ``GATEWAY_*`` environment variables only (the README's
-configuration table); the command line picks what to do. The arguments are
+Settings come from ``GATEWAY_*`` environment variables only (docs/configuration.md
+lists them); the command line picks what to do. The arguments are
 parsed before any setting is read, so ``--help`` and ``--version`` start
 nothing and work whatever the environment holds.
 """
