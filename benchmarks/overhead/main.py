@@ -75,6 +75,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--kv-space-gib", type=int, default=2)
+    p.add_argument(
+        "--kv-blocks", type=int, help="the engine's KV blocks (vLLM's --num-gpu-blocks-override)"
+    )
     p.add_argument("--max-num-seqs", type=int, default=128)
     p.add_argument("--profile-targets", type=choices(("off", "on")), default=["on"])
     p.add_argument("--profile-streams", type=int, default=32)

@@ -79,6 +79,7 @@ class OverheadBench(Bench):
             self.procs.engine(
                 f"engine-{self.layout}",
                 kv_space_gib=args.kv_space_gib,
+                kv_blocks=args.kv_blocks,
                 max_num_seqs=args.max_num_seqs,
                 cpus=engine_cpus(self.layout),
             )
