@@ -11,9 +11,11 @@ dashboard goes through Prometheus' HTTP API and must return series.
 """
 
 import asyncio
+import re
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,25 @@ class Prometheus:
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
+    def scraped_and_evaluated_after(self, since: float) -> bool:
+        """Whether the engine and every gateway still up were scraped
+        successfully after ``since`` (a Unix time), and every rule group
+        evaluated after those scrapes. Asked repeatedly with a fixed
+        ``since`` by ``wait_until``."""
+        # ``timestamp`` of a bare selector: when each sample was scraped (of
+        # an expression it would be the query's own time).
+        up = {_target(s): s["value"][1] == "1" for s in self.query("up")}
+        scraped = [float(s["value"][1]) for s in self.query("timestamp(up)") if up[_target(s)]]
+        engine_up = any(ok for (job, _), ok in up.items() if job == "vllm")
+        if not engine_up or not scraped or min(scraped) <= since:
+            return False
+        last_scrape = max(scraped)
+        reply = httpx.get(f"{self.url}/api/v1/rules", timeout=30).json()
+        groups = reply["data"]["groups"]
+        return bool(groups) and all(
+            _unix(group["lastEvaluation"]) > last_scrape for group in groups
+        )
+
     def label_values(self, expr: str, label: str) -> set[str]:
         """The label's values among the series whose value is above 0."""
         return {s["metric"][label] for s in self.query(expr) if float(s["value"][1]) > 0}
@@ -55,6 +76,16 @@ class Prometheus:
     def labels(self, expr: str, label: str) -> set[str]:
         """The label's values among all the series, whatever their value."""
         return {s["metric"][label] for s in self.query(expr)}
+
+
+def _target(series: dict[str, Any]) -> tuple[str, str]:
+    return series["metric"]["job"], series["metric"]["instance"]
+
+
+def _unix(rfc3339: str) -> float:
+    """A time of Prometheus's API (RFC 3339, nanoseconds, UTC "Z") as a Unix time."""
+    stamp = re.sub(r"(\.\d{6})\d*", r"\1", rfc3339).replace("Z", "+00:00")
+    return datetime.fromisoformat(stamp).timestamp()
 
 
 def prometheus_config(engine: str, gateways: list[str]) -> str:
@@ -158,8 +189,12 @@ def prometheus(
         targets = len(gateways) + 1
         assert wait_until(lambda: len(prom.query("up == 1")) == targets, timeout=60)
         asyncio.run(drive_load(engine, gateways, key))
-        # Two more scrapes and rule evaluations after the last event.
-        time.sleep(4)
+        # The engine was stopped (SIGSTOP) near the end: its series are stale
+        # until Prometheus has scraped it again. Wait for a scrape of every
+        # target still running made after the load, and a rule evaluation
+        # after that.
+        load_ended = time.time()
+        assert wait_until(lambda: prom.scraped_and_evaluated_after(load_ended), timeout=120)
         yield prom, gateways
     finally:
         if proc is not None:
