@@ -50,24 +50,23 @@ class Prometheus:
         result: list[dict[str, Any]] = body["data"]["result"]
         return result
 
-    def scraped_and_evaluated_after(self, since: float) -> bool:
-        """Whether the engine and every gateway still up were scraped
-        successfully after ``since`` (a Unix time), and every rule group
-        evaluated after those scrapes. Asked repeatedly with a fixed
-        ``since`` by ``wait_until``."""
+    def scraped_after(self, since: float) -> float | None:
+        """When the latest of the targets' last scrapes was, if the engine
+        and every target still up were scraped successfully after ``since``
+        (a Unix time); else None."""
         # ``timestamp`` of a bare selector: when each sample was scraped (of
         # an expression it would be the query's own time).
         up = {_target(s): s["value"][1] == "1" for s in self.query("up")}
         scraped = [float(s["value"][1]) for s in self.query("timestamp(up)") if up[_target(s)]]
         engine_up = any(ok for (job, _), ok in up.items() if job == "vllm")
         if not engine_up or not scraped or min(scraped) <= since:
-            return False
-        last_scrape = max(scraped)
-        reply = httpx.get(f"{self.url}/api/v1/rules", timeout=30).json()
-        groups = reply["data"]["groups"]
-        return bool(groups) and all(
-            _unix(group["lastEvaluation"]) > last_scrape for group in groups
-        )
+            return None
+        return max(scraped)
+
+    def evaluated_after(self, since: float) -> bool:
+        """Whether every rule group was evaluated after ``since``."""
+        groups = httpx.get(f"{self.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
+        return bool(groups) and all(_unix(g["lastEvaluation"]) > since for g in groups)
 
     def label_values(self, expr: str, label: str) -> set[str]:
         """The label's values among the series whose value is above 0."""
@@ -194,7 +193,15 @@ def prometheus(
         # target still running made after the load, and a rule evaluation
         # after that.
         load_ended = time.time()
-        assert wait_until(lambda: prom.scraped_and_evaluated_after(load_ended), timeout=120)
+        scraped: list[float] = []
+
+        def fresh() -> bool:
+            last = prom.scraped_after(load_ended)
+            scraped[:] = [] if last is None else [last]
+            return last is not None
+
+        assert wait_until(fresh, timeout=120)
+        assert wait_until(lambda: prom.evaluated_after(scraped[0]), timeout=60)
         yield prom, gateways
     finally:
         if proc is not None:
