@@ -4,14 +4,15 @@
 ``async with Flight(...)``: identify, receive and validate, charge, then
 ``Flight.run`` admits it and answers it from an engine. Everything the
 request comes to hold is the flight's: the admission hold, the engine's
-response, the one retry rule, the watchers of the client and of the drain.
-Whatever ends the request — its answer, an error of any stage, the client
-leaving, the drain's deadline, a client that stopped reading, a bug — ends
-it in ``__aexit__``: the one place where the outcome is recorded and an
-error answered (``app.responses`` before the answer started, an SSE error
-event after), and whose one ``finally`` closes the engine's response (so
-the engine aborts what it still generates), gives the capacity back, leaves
-the drain and makes sure the record has an outcome. Each happens once.
+response, the one retry rule, the watchers of the client and of the drain,
+its spans (``app.tracing``). Whatever ends the request — its answer, an
+error of any stage, the client leaving, the drain's deadline, a client that
+stopped reading, a bug — ends it in ``__aexit__``: the one place where the
+outcome is recorded and an error answered (``app.responses`` before the
+answer started, an SSE error event after), and whose one ``finally`` closes
+the engine's response (so the engine aborts what it still generates), gives
+the capacity back, leaves the drain, makes sure the record has an outcome
+and ends the request's span. Each happens once.
 
 The retry: an engine that fails the request before any byte of the answer
 reached the client — a stream whose engine fails before its first event
@@ -39,6 +40,7 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from app.admission.base import AdmissionRequest, Hold
+from app.admission.controller import KvHold
 from app.engine.client import EngineResponse
 from app.engine.monitor import engine_label
 from app.errors import (
@@ -58,6 +60,7 @@ from app.responses import error_response
 from app.routing.base import RouteRequest
 from app.routing.filters import eligible
 from app.services import Services
+from app.tracing import RequestTrace, route_reason
 from app.validation import Route
 
 log = logging.getLogger("gateway")
@@ -71,6 +74,7 @@ class Flight:
     def __init__(self, request: Request, route: Route, services: Services, send: Send) -> None:
         request_id: str = request.state.request_id
         self.record = RequestRecord(request_id, route, services.telemetry)
+        self.trace = RequestTrace(request.headers, ENGINE_PATHS[route], self.record.arrival_wall)
         self._services = services
         self._request = request
         self._send = send
@@ -89,6 +93,7 @@ class Flight:
 
     async def __aenter__(self) -> "Flight":
         self._services.drain.enter()
+        self.trace.enter()
         return self
 
     async def __aexit__(
@@ -112,6 +117,7 @@ class Flight:
             )
             self._release()
             self._services.drain.leave()
+            self.trace.end(self.record)
         # Everything is answered here; cancellation goes on up.
         return error is None or isinstance(error, Exception)
 
@@ -144,8 +150,12 @@ class Flight:
         assert self._admission is not None
         services, record = self._services, self.record
         record.phase = "queued"
-        self._hold = await services.admission.admit(self._admission, record, self._tried)
-        self._tried.append(self._hold.engine)
+        with self.trace.queue(retry=bool(self._tried)) as queued:
+            self._hold = hold = await services.admission.admit(self._admission, record, self._tried)
+            choice = hold.reservation.choice if isinstance(hold, KvHold) else None
+            reason = route_reason(choice, retry=bool(self._tried))
+            queued.admitted(hold.engine, reason, services.settings.routing)
+        self._tried.append(hold.engine)
         record.engine, record.tries = engine_label(self._hold.engine), len(self._tried)
         services.metrics.in_flight.inc()
         if record.admitted_at is None:
@@ -166,17 +176,15 @@ class Flight:
         assert self._hold is not None
         job, record = self._admission.job, self.record
         record.phase = "waiting_first_token" if job.stream else "non_streaming"
-        self._upstream = await self._services.engine_client.open(
-            self._hold.engine,
-            ENGINE_PATHS[job.route],
-            job.upstream_body,
-            record.engine_request_id,
-            stream=job.stream,
-        )
-        if job.stream:
-            await self._relay_stream(group)
-        else:
-            await self._relay_whole(self._upstream)
+        engine, path = self._hold.engine, ENGINE_PATHS[job.route]
+        with self.trace.engine_call(engine, path, len(self._tried)):
+            self._upstream = await self._services.engine_client.open(
+                engine, path, job.upstream_body, record.engine_request_id, stream=job.stream
+            )
+            if job.stream:
+                await self._relay_stream(group)
+            else:
+                await self._relay_whole(self._upstream)
 
     async def _relay_stream(self, group: TaskGroup) -> None:
         assert self._admission is not None
@@ -280,12 +288,14 @@ class Flight:
             error = InternalError("internal gateway error")
         record.fail(error)
         if self._sender is not None:
+            self.trace.answered_error(error)
             await self._sender.end(sse_error_event(error), within=_FAREWELL_SECONDS)
             return
         if error.status == 503 and error.retry_after is None:
             # Every 503 says when to come back: the engine unreachable after
             # admission, the drain's deadline (neither knows a better time).
             error.retry_after = self._services.settings.retry_after_unavailable
+        self.trace.answered_error(error)
         response = error_response(error)
         response.headers.update(self._headers)
         await response(self._request.scope, self._request.receive, self._send)

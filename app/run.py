@@ -13,6 +13,7 @@ from app.logs import configure_logging
 from app.main import create_app
 from app.server import DrainingServer
 from app.settings import Settings, unknown_variables
+from app.tracing import start_tracing
 
 log = logging.getLogger("gateway")
 
@@ -20,6 +21,8 @@ log = logging.getLogger("gateway")
 def run_gateway(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
     report_unknown_variables()
+    # Before serving, in the process that serves (the SDK's export thread).
+    tracer_provider = start_tracing()
     drain = Drain()
     config = uvicorn.Config(
         create_app(settings, drain),
@@ -37,7 +40,12 @@ def run_gateway(settings: Settings) -> None:
     if settings.admin_port is not None:
         # Each process its own: Prometheus scrapes every one.
         sockets.append(_listen(settings.host, settings.admin_port))
-    DrainingServer(config, drain, settings.drain_grace_seconds).run(sockets=sockets)
+    try:
+        DrainingServer(config, drain, settings.drain_grace_seconds).run(sockets=sockets)
+    finally:
+        if tracer_provider is not None:
+            # The last requests' spans go out before the process ends.
+            tracer_provider.shutdown()
 
 
 def report_unknown_variables() -> None:

@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from app.errors import (
     EngineStatusError,
@@ -57,6 +58,10 @@ _FAILURES = (aiohttp.ClientError, TimeoutError)
 # A connection that broke before the answer began (a connection never made,
 # ``ClientConnectorError``, is a ``ClientOSError`` too, and is not one).
 _BROKEN_BEFORE_ANSWER = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
+# The current span's context (a request's engine call, ``app.tracing``) as
+# the engine's ``traceparent``: vLLM's span of the request is its child.
+# Nothing is written when no span is recorded (tracing off).
+_TRACE_CONTEXT = TraceContextTextMapPropagator()
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,7 @@ class EngineClient:
         """
         post = self._http().post
         headers = {"content-type": "application/json", "x-request-id": request_id}
+        _TRACE_CONTEXT.inject(headers)
         timeout = self._stream_timeout if stream else self._non_stream_timeout
         try:
             try:
