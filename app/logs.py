@@ -1,7 +1,9 @@
 """Log set-up: the application's log on stderr and the access log (one line
 per API request, the fields a ``RequestRecord`` logs) on stdout, both in
 the one format ``GATEWAY_LOG_FORMAT`` chooses — a line of text each, or a
-JSON object each. Every line carries the request id where there is one."""
+JSON object each. Every line carries the request id where there is one, and
+a JSON line the ``trace_id`` and ``span_id`` of the span it was written in
+when traces are on (``app.tracing``)."""
 
 import json
 import logging
@@ -9,6 +11,8 @@ import sys
 import time
 from contextvars import ContextVar
 from typing import Any, Literal
+
+from opentelemetry import trace
 
 from app.request_id import RequestIdLogFilter
 
@@ -32,9 +36,18 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return fields
 
 
+def _trace_ids() -> dict[str, str]:
+    """The current span's ids, as trace backends print them (hex)."""
+    span = trace.get_current_span().get_span_context()
+    if not span.is_valid:
+        return {}
+    return {"trace_id": f"{span.trace_id:032x}", "span_id": f"{span.span_id:016x}"}
+
+
 class _AccessJson(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps({"ts": _timestamp(record), **_fields(record)}, separators=(",", ":"))
+        line = {"ts": _timestamp(record), **_fields(record), **_trace_ids()}
+        return json.dumps(line, separators=(",", ":"))
 
 
 class _AccessText(logging.Formatter):
@@ -55,6 +68,7 @@ class _AppJson(logging.Formatter):
             "logger": record.name,
             "request_id": getattr(record, "request_id", "-"),
             "message": record.getMessage(),
+            **_trace_ids(),
         }
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)

@@ -60,3 +60,39 @@ def test_text_makes_both_logs_lines_of_text() -> None:
         except ValueError:
             continue
         raise AssertionError(f"a JSON line in the text format: {line}")
+
+
+TRACED = """
+import logging, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from app.logs import configure_logging
+trace.set_tracer_provider(TracerProvider())
+configure_logging("info", "json")
+with trace.get_tracer("probe").start_as_current_span("request") as span:
+    ids = span.get_span_context()
+    print(f"{ids.trace_id:032x} {ids.span_id:016x}", file=sys.stderr)
+    logging.getLogger("gateway").warning("inside")
+    fields = {"request_id": "r1", "status": 200}
+    logging.getLogger("gateway.access").info("request finished", extra={"fields": fields})
+"""
+
+
+def test_json_lines_written_in_a_span_carry_its_trace_and_span_ids() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", TRACED],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    ids, app = done.stderr.strip().splitlines()
+    trace_id, span_id = ids.split()
+    for line in (json.loads(app), json.loads(done.stdout)):
+        assert (line["trace_id"], line["span_id"]) == (trace_id, span_id)
+    # Outside a span there are none.
+    app, access = run("json")
+    assert "trace_id" not in json.loads(app)
+    assert "trace_id" not in json.loads(access)
