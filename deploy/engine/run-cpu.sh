@@ -28,6 +28,12 @@ fi
 if [ -n "${ENGINE_MAX_NUM_SEQS:-}" ]; then
   set -- "$@" --max-num-seqs "$ENGINE_MAX_NUM_SEQS"
 fi
+# Traces: vLLM's llm_request span per request, a child of the gateway's
+# engine call (the request's traceparent), sent over OTLP/gRPC unless
+# OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf says otherwise.
+if [ -n "${ENGINE_OTLP_TRACES_ENDPOINT:-}" ]; then
+  set -- "$@" --otlp-traces-endpoint "$ENGINE_OTLP_TRACES_ENDPOINT"
+fi
 # The CPU engine busy-polls between its processes; on a small machine that
 # starves whatever shares its cores (measured here on 2 cores: a sleeping
 # process woke up to 1.2 s late while the engine generated). Keep it on

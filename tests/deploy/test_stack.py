@@ -1,7 +1,9 @@
 """``make up``'s runner: the whole local stack starts, serves, and stops clean
-(here with two gateway replicas sharing Redis, ``GATEWAYS=2``)."""
+(here with two gateway replicas sharing Redis, ``GATEWAYS=2``, and the trace
+backend, which ``make test`` installs)."""
 
 import json
+import secrets
 import signal
 import socket
 import subprocess
@@ -12,10 +14,20 @@ import httpx
 import psutil
 
 from deploy.local import ManagedProcess, free_port, metric
+from deploy.stack import TRACE_BACKEND
+from tests.support.trace_backend import TraceBackend
 
 
 def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
-    settings = ("ENGINE_PORT", "GATEWAY_PORT", "PROMETHEUS_PORT", "REDIS_PORT")
+    assert TRACE_BACKEND.exists(), "the trace backend is missing: make trace-backend"
+    settings = (
+        "ENGINE_PORT",
+        "GATEWAY_PORT",
+        "PROMETHEUS_PORT",
+        "REDIS_PORT",
+        "TRACES_PORT",
+        "TRACES_GRPC_PORT",
+    )
     ports = {name: free_port() for name in settings}
     admin = two_free_ports()
     env = {
@@ -23,7 +35,9 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         "ADMIN_PORT": str(admin),
         "ENGINE_KV_BLOCKS": "24",
         "GATEWAYS": "2",
+        "TRACES_DIR": str(tmp_path / "traces"),
     }
+    trace_id = secrets.token_hex(16)
     stack = ManagedProcess("stack", [sys.executable, "deploy/stack.py"], env, tmp_path)
     gateway = f"http://127.0.0.1:{ports['GATEWAY_PORT']}"
     second = f"http://127.0.0.1:{ports['GATEWAY_PORT'] + 10}"
@@ -48,6 +62,8 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
                 f"{gateway}/v1/chat/completions",
                 "-H",
                 "content-type: application/json",
+                "-H",
+                f"traceparent: 00-{trace_id}-{'1' * 16}-01",
                 "-d",
                 json.dumps(body),
             ],
@@ -58,12 +74,17 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         events = [e for e in curl.stdout.split(b"\n\n") if e.startswith(b"data: {")]
         assert len(events) >= 20
         assert curl.stdout.endswith(b"data: [DONE]\n\n")
+        # The stack's gateways and engine trace into its trace backend.
+        traces = TraceBackend(f"http://127.0.0.1:{ports['TRACES_PORT']}", 0, stack)
+        spans = traces.wait_for_trace(trace_id, {"POST /v1/chat/completions", "llm_request"})
+        assert len(spans) >= 4, [span["name"] for span in spans]
 
         tree = psutil.Process(stack.pid).children(recursive=True)
         names = " ".join(" ".join(p.cmdline()) for p in tree)
         assert "vllm.entrypoints.openai.api_server" in names
         assert names.count("-m app") == 2
         assert "redis-server" in names
+        assert "phoenix serve" in names
         assert any(p.name().startswith("VLLM::EngineCor") for p in tree), "no engine core seen"
 
         stack.signal(signal.SIGTERM)

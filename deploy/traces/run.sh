@@ -1,0 +1,19 @@
+#!/usr/bin/env sh
+# Start the local trace backend: Arize Phoenix, an OpenTelemetry trace store
+# with a UI and a REST API, installed from PyPI into .venv-traces
+# (`make trace-backend`). It takes OTLP over HTTP on TRACES_PORT
+# (/v1/traces, the UI and the API on the same port) and over gRPC on
+# TRACES_GRPC_PORT, and keeps its spans in SQLite under TRACES_DIR.
+# Used by `make up` and by the test suite.
+set -eu
+
+: "${TRACES_BIN:=.venv-traces/bin/phoenix}"
+: "${TRACES_HOST:=127.0.0.1}"
+: "${TRACES_PORT:=6006}"
+: "${TRACES_GRPC_PORT:=4317}"
+: "${TRACES_DIR:=.cache/traces}"
+mkdir -p "$TRACES_DIR"
+
+PHOENIX_HOST="$TRACES_HOST" PHOENIX_PORT="$TRACES_PORT" PHOENIX_GRPC_PORT="$TRACES_GRPC_PORT" \
+PHOENIX_WORKING_DIR="$TRACES_DIR" PHOENIX_TELEMETRY_ENABLED=false \
+  exec "$TRACES_BIN" serve
