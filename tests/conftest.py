@@ -1,6 +1,7 @@
-"""Fixtures: one real engine per test session, gateways started per test or
-module, a real redis-server per test. What they start is in tests/support/
-(engines.py, gateways.py, redis_server.py)."""
+"""Fixtures: one real engine per test session (exporting its traces to the
+session's real trace backend), gateways started per test or module, a real
+redis-server per test. What they start is in tests/support/ (engines.py,
+trace_backend.py, gateways.py, redis_server.py)."""
 
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,15 +11,28 @@ import pytest
 from tests.support.engines import SMALL_ENGINE, Engine, engine_idle, running_engine
 from tests.support.gateways import Gateway, StartGateway, launch_gateway, running_gateway
 from tests.support.redis_server import RedisServer
+from tests.support.trace_backend import TraceBackend, running_trace_backend
 from tests.support.wait import wait_until
 
 
 @pytest.fixture(scope="session")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+def trace_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TraceBackend]:
+    with running_trace_backend(tmp_path_factory.mktemp("traces")) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def engine(
+    tmp_path_factory: pytest.TempPathFactory, trace_backend: TraceBackend
+) -> Iterator[Engine]:
     env = {
         # Every address, not only 127.0.0.1: the DNS discovery test answers
         # with 127.0.0.2 and 127.0.0.3, two engines to the gateway.
         "ENGINE_HOST": "0.0.0.0",
+        # vLLM's llm_request span of every request, over OTLP/gRPC (its
+        # default), a second to the batch: tests/e2e/test_traces.py.
+        "ENGINE_OTLP_TRACES_ENDPOINT": trace_backend.otlp_grpc,
+        "OTEL_BSP_SCHEDULE_DELAY": "1000",
         **SMALL_ENGINE,
     }
     with running_engine("engine", tmp_path_factory.mktemp("engine"), env) as started:
@@ -34,12 +48,15 @@ def idle_engine(engine: Engine) -> Engine:
 
 @pytest.fixture
 def start_gateway(tmp_path: Path) -> Iterator[StartGateway]:
-    """Start gateways (``start_gateway(upstream_url, admission="off", ...)``);
-    all are stopped when the test ends."""
+    """Start gateways (``start_gateway(upstream_url, admission="off", ...)``;
+    ``environ`` adds other variables, e.g. ``OTEL_*``); all are stopped when
+    the test ends."""
     started: list[Gateway] = []
 
-    def start(upstream_url: str, **settings: object) -> Gateway:
-        gateway = launch_gateway(tmp_path, upstream_url, settings)
+    def start(
+        upstream_url: str, environ: dict[str, str] | None = None, **settings: object
+    ) -> Gateway:
+        gateway = launch_gateway(tmp_path, upstream_url, settings, environ=environ)
         started.append(gateway)
         return gateway
 

@@ -20,10 +20,12 @@ def launch_gateway(
     upstream_url: str,
     settings: dict[str, object],
     wrap: Callable[[list[str]], list[str]] | None = None,
+    environ: dict[str, str] | None = None,
 ) -> Gateway:
     """A gateway in front of ``upstream_url``, once it is live (not yet
     ready: its engines may still be unknown); ``settings`` are its
-    ``GATEWAY_*`` settings by their lower-case names. ``wrap`` gives the
+    ``GATEWAY_*`` settings by their lower-case names, ``environ`` any other
+    variables (``OTEL_*``). ``wrap`` gives the
     command line that runs it (the DNS test's mount namespace). A gateway
     that never goes live is stopped."""
     port = free_port()
@@ -32,6 +34,7 @@ def launch_gateway(
         "GATEWAY_UPSTREAM_URL": upstream_url,
         "GATEWAY_HEALTH_INTERVAL": "0.5",
         **{f"GATEWAY_{key.upper()}": str(value) for key, value in settings.items()},
+        **(environ or {}),
     }
     argv = [sys.executable, "-m", "app"]
     proc = ManagedProcess(f"gateway-{port}", wrap(argv) if wrap else argv, env, log_dir)

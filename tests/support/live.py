@@ -19,6 +19,7 @@ import pytest
 LIVE_FIXTURES = frozenset(
     {
         "engine",
+        "trace_backend",
         "start_gateway",
         "redis",
         # Asks for "redis" only when its parameter does (keys/test_quota.py).
