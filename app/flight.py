@@ -75,6 +75,7 @@ class Flight:
         request_id: str = request.state.request_id
         self.record = RequestRecord(request_id, route, services.telemetry)
         self.trace = RequestTrace(request.headers, ENGINE_PATHS[route], self.record.arrival_wall)
+        self.record.trace_id = self.trace.trace_id
         self._services = services
         self._request = request
         self._send = send

@@ -42,7 +42,9 @@ class Telemetry:
                 m.tokens.labels("prompt").inc(rec.prompt_tokens)
             if rec.completion_tokens:
                 m.tokens.labels("completion").inc(rec.completion_tokens)
-        m.duration.labels(rec.route, rec.outcome).observe(rec.ended_at - rec.arrival)
+        m.duration.labels(rec.route, rec.outcome).observe(
+            rec.ended_at - rec.arrival, rec.exemplar()
+        )
         if rec.key_id is not None and rec.tenant is not None:
             # Tenants named in the keys file only: client input never makes a series.
             if rec.outcome == "rejected":
@@ -82,6 +84,9 @@ class RequestRecord:
     # the same X-Request-Id never share an engine request.
     engine_request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     key_id: str | None = None
+    # The trace it is part of (hex), when it is traced and sampled: the
+    # latency histograms' exemplar.
+    trace_id: str | None = None
     stream: bool = False
     # The model asked for (once the request is checked), the engine that
     # served it last and how many engines it was sent to (2: retried).
@@ -153,6 +158,10 @@ class RequestRecord:
 
     def cancel(self) -> bool:
         return self.finish("cancelled", status=499)
+
+    def exemplar(self) -> dict[str, str] | None:
+        """What a latency observation of this request carries: its trace."""
+        return None if self.trace_id is None else {"trace_id": self.trace_id}
 
     def log_fields(self) -> dict[str, object]:
         def since_arrival(t: float | None) -> float | None:

@@ -160,6 +160,13 @@ class RequestTrace:
         self._on = self._span.is_recording()
         self._token: Token[Context] | None = None
 
+    @property
+    def trace_id(self) -> str | None:
+        """The trace's id (hex) when this request is sampled, else None."""
+        if not self._on:
+            return None
+        return f"{self._span.get_span_context().trace_id:032x}"
+
     def enter(self) -> None:
         """The server span becomes the current one (the logs' trace ids)."""
         if self._on:
@@ -246,8 +253,10 @@ def _refusal(error: GatewayError) -> dict[str, str | float]:
     told: dict[str, str | float] = {"error.type": error.code or error.reason}
     if error.outcome == "rejected":
         told["gateway.reason"] = error.reason
-    if error.retry_after is not None:
-        told["gateway.retry_after_s"] = float(error.retry_after)
+    # The Retry-After the client is given (whole seconds), not the estimate.
+    retry_after = error.headers().get("Retry-After")
+    if retry_after is not None:
+        told["gateway.retry_after_s"] = float(retry_after)
     return told
 
 

@@ -54,8 +54,16 @@ def _targets(panel: timeseries.Panel | stat.Panel, queries: list[Query]) -> None
 
 
 def graph(
-    title: str, queries: list[Query], unit: str = "short", description: str = "", span: int = 12
+    title: str,
+    queries: list[Query],
+    unit: str = "short",
+    description: str = "",
+    span: int = 12,
+    traced: str | None = None,
 ) -> timeseries.Panel:
+    """A time series panel. ``traced``: a histogram of the gateway's whose
+    exemplars (the trace ids of traced requests) the panel shows, through
+    one more query on its buckets (a recording rule's series have none)."""
     panel = (
         timeseries.Panel()
         .title(title)
@@ -67,6 +75,14 @@ def graph(
         .fill_opacity(10)
     )
     _targets(panel, queries)
+    if traced is not None:
+        panel.with_target(
+            prometheus.Dataquery()
+            .expr(f"histogram_quantile(0.99, sum by (le) (rate({traced}_bucket[{RATE}])))")
+            .legend_format("p99, dots: traced requests")
+            .exemplar(True)
+            .ref_id(chr(ord("A") + len(queries)))
+        )
     return panel
 
 
@@ -171,8 +187,10 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 "Time to first token",
                 [("job:gateway_time_to_first_token_seconds:quantile_1m", "p{{quantile}} {{job}}")],
                 "s",
-                "Arrival at the gateway to first token sent: queue wait included.",
+                "Arrival at the gateway to first token sent: queue wait included. With"
+                " traces on, the dots are traced requests: each links to its trace.",
                 span=6,
+                traced="gateway_time_to_first_token_seconds",
             )
         )
         .with_panel(
@@ -196,7 +214,9 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 "Request duration",
                 [("job:gateway_request_duration_seconds:quantile_1m", "p{{quantile}} {{job}}")],
                 "s",
+                "With traces on, the dots are traced requests: each links to its trace.",
                 span=6,
+                traced="gateway_request_duration_seconds",
             )
         )
         .with_panel(

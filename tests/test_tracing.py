@@ -261,3 +261,43 @@ def test_a_protocol_other_than_http_protobuf_is_refused_at_start() -> None:
     with pytest.raises(subprocess.CalledProcessError) as refused:
         run(ON, OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4317", OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
     assert "http/protobuf only" in refused.value.stderr
+
+
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+async def test_the_latency_histograms_carry_a_traced_requests_trace_id_in_openmetrics(
+    spans: InMemorySpanExporter,
+) -> None:
+    client = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
+    async with in_process_gateway() as gateway:
+        await stream_to_its_end(gateway, {"traceparent": client})
+        await ended(spans, "POST /v1/completions")
+        asked = await gateway.request(
+            "/metrics", b"", method="GET", headers={"accept": OPENMETRICS}
+        ).done()
+        plain = await gateway.request("/metrics", b"", method="GET").done()
+    assert asked.headers["content-type"].startswith("application/openmetrics-text")
+    exemplar = f'# {{trace_id="{CLIENT_TRACE}"}}'
+    for histogram in ("gateway_time_to_first_token_seconds", "gateway_request_duration_seconds"):
+        marked = [
+            line
+            for line in asked.body.decode().splitlines()
+            if line.startswith(f"{histogram}_bucket") and exemplar in line
+        ]
+        assert marked, f"no {histogram} bucket carries the trace id"
+    # Prometheus's text format has no exemplars; it stays the default.
+    assert plain.headers["content-type"].startswith("text/plain")
+    assert "trace_id" not in plain.body.decode()
+
+
+async def test_an_untraced_request_leaves_no_exemplar(spans: InMemorySpanExporter) -> None:
+    # A request the sampler drops (its client says not sampled) is not traced.
+    client = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"
+    async with in_process_gateway() as gateway:
+        await stream_to_its_end(gateway, {"traceparent": client})
+        await wait_for(lambda: gateway.metric("gateway_requests_total") >= 1, timeout=30)
+        asked = await gateway.request(
+            "/metrics", b"", method="GET", headers={"accept": OPENMETRICS}
+        ).done()
+    assert "trace_id" not in asked.body.decode()

@@ -1,7 +1,8 @@
 """Liveness, readiness and the gateway's own metrics."""
 
 from fastapi import APIRouter
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.exposition import choose_encoder
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.deps import ServicesDep
@@ -26,5 +27,9 @@ async def ready(services: ServicesDep) -> Response:
 
 
 @router.get("/metrics")
-async def metrics(services: ServicesDep) -> Response:
-    return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+async def metrics(request: Request, services: ServicesDep) -> Response:
+    """Prometheus's text format, or OpenMetrics when the scraper asks for it
+    (Prometheus does by default): only OpenMetrics carries the latency
+    histograms' exemplars (the trace ids of traced requests)."""
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encode(services.metrics.registry), headers={"Content-Type": content_type})

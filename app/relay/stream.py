@@ -83,7 +83,7 @@ class StreamRelay:
                 record = self._record
                 record.first_token_at = now
                 record.phase = "streaming"
-                self._ttft.observe(now - record.arrival)
+                self._ttft.observe(now - record.arrival, record.exemplar())
                 return
 
     def _take_usage(self, data: bytes) -> bytes:

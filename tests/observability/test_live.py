@@ -30,6 +30,7 @@ from tests.observability.test_dashboards import load, queries
 from tests.support.engines import Engine
 from tests.support.gateways import Gateway, launch_gateway
 from tests.support.redis_server import RedisServer
+from tests.support.trace_backend import TraceBackend
 from tests.support.wait import wait_until
 
 RATE_INTERVAL = "1m"
@@ -68,6 +69,18 @@ class Prometheus:
         groups = httpx.get(f"{self.url}/api/v1/rules", timeout=30).json()["data"]["groups"]
         return bool(groups) and all(_unix(g["lastEvaluation"]) > since for g in groups)
 
+    def exemplars(self, expr: str, start: float, end: float) -> list[dict[str, Any]]:
+        """The exemplars of the series ``expr`` selects, between two Unix times."""
+        reply = httpx.get(
+            f"{self.url}/api/v1/query_exemplars",
+            params={"query": expr, "start": start, "end": end},
+            timeout=30,
+        )
+        body = reply.json()
+        assert body["status"] == "success", f"{expr}: {body}"
+        found: list[dict[str, Any]] = body["data"]
+        return found
+
     def label_values(self, expr: str, label: str) -> set[str]:
         """The label's values among the series whose value is above 0."""
         return {s["metric"][label] for s in self.query(expr) if float(s["value"][1]) > 0}
@@ -99,8 +112,11 @@ def prometheus_config(engine: str, gateways: list[str]) -> str:
 
 
 def start_gateways(
-    engine: Engine, redis: RedisServer, keys_file: Path, logs: Path
+    engine: Engine, redis: RedisServer, keys_file: Path, logs: Path, traces: TraceBackend
 ) -> dict[str, Gateway]:
+    """The seven gateways; two of them traced (their latency histograms then
+    carry exemplars)."""
+    traced = {"admission", "direct"}
     names = ",".join(live_fleet.engine_names(engine))
     settings: dict[str, tuple[str, dict[str, object]]] = {
         # Admission on with a tiny queue: queue_full, queue_timeout, queued cancels.
@@ -141,7 +157,8 @@ def start_gateways(
     gateways: dict[str, Gateway] = {}
     try:
         for name, (upstream, extra) in settings.items():
-            gateways[name] = launch_gateway(logs, upstream, extra)
+            environ = traces.gateway_environ() if name in traced else None
+            gateways[name] = launch_gateway(logs, upstream, extra, environ=environ)
     except BaseException:
         for gateway in gateways.values():
             gateway.process.stop()
@@ -151,7 +168,7 @@ def start_gateways(
 
 @pytest.fixture(scope="module")
 def prometheus(
-    engine: Engine, tmp_path_factory: pytest.TempPathFactory
+    engine: Engine, trace_backend: TraceBackend, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Prometheus, dict[str, Gateway]]]:
     binary = shutil.which("prometheus")
     assert binary, "prometheus is missing: install Debian's prometheus package (.ci/run does)"
@@ -162,7 +179,7 @@ def prometheus(
     try:
         redis.start()
         key = live_fleet.write_tenant_keys_file(logs / "keys.yml")
-        gateways = start_gateways(engine, redis, logs / "keys.yml", logs)
+        gateways = start_gateways(engine, redis, logs / "keys.yml", logs, trace_backend)
         config = logs / "prometheus.yml"
         config.write_text(
             prometheus_config(
@@ -178,6 +195,7 @@ def prometheus(
                 f"--config.file={config}",
                 f"--storage.tsdb.path={logs / 'data'}",
                 f"--web.listen-address=127.0.0.1:{port}",
+                "--enable-feature=exemplar-storage",
             ],
             {},
             logs,
@@ -312,6 +330,40 @@ def test_every_panel_query_returns_series(
         if not prom.query(concrete):
             failures.append(f"{title}: {concrete}")
     assert not failures, "queries without series:\n" + "\n".join(failures)
+
+
+def test_the_latency_panels_show_traced_requests_as_exemplars(
+    prometheus: tuple[Prometheus, dict[str, Gateway]], trace_backend: TraceBackend
+) -> None:
+    """The panels' exemplar queries (time to first token, request duration)
+    return exemplars from the traced gateways, each a trace the backend holds."""
+    prom, _ = prometheus
+    end = time.time()
+    targets = [
+        target
+        for panel in load("gateway.json")["panels"]
+        for target in panel.get("targets") or []
+        if target.get("exemplar")
+    ]
+    assert len(targets) == 2
+    for target in targets:
+        expr = target["expr"]
+        for variable, value in VARIABLES.items():
+            expr = expr.replace(variable, value)
+        found = prom.exemplars(expr, end - 3600, end)
+        trace_ids = sorted(
+            {e["labels"]["trace_id"] for series in found for e in series["exemplars"]}
+        )
+        assert trace_ids, f"no exemplar for {expr}"
+        # The exemplars' traces are in the backend, a gateway's server span in
+        # each (one drained gateway may have been stopped before it sent its
+        # last spans: one found of ten asked is enough).
+        held = [
+            trace_id
+            for trace_id in trace_ids[:10]
+            if any(span["name"].startswith("POST /v1/") for span in trace_backend.spans(trace_id))
+        ]
+        assert held, f"none of {trace_ids[:10]} is a trace the backend holds"
 
 
 def test_a_snapshot_draws_every_panel(
