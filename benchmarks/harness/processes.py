@@ -153,6 +153,21 @@ class Processes:
         proc = self._start(name, argv, {})
         return Service(name, f"http://127.0.0.1:{port}", proc)
 
+    def trace_backend(self, name: str = "traces") -> Service:
+        """The local trace backend (``deploy/traces/run.sh``; ``make
+        trace-backend`` installs it); its URL takes OTLP/HTTP at
+        ``/v1/traces``. Call ``wait_ready`` before using it."""
+        if not (ROOT / ".venv-traces" / "bin" / "phoenix").exists():
+            raise RuntimeError("the trace backend is missing: make trace-backend")
+        port, grpc_port = free_port(), free_port()
+        env = {
+            "TRACES_PORT": str(port),
+            "TRACES_GRPC_PORT": str(grpc_port),
+            "TRACES_DIR": str(self.logs / name),
+        }
+        proc = self._start(name, ["deploy/traces/run.sh"], env)
+        return Service(name, f"http://127.0.0.1:{port}", proc, ready="/healthz")
+
     def redis(self, name: str = "redis") -> str:
         """A Redis server (``redis-server``) with no persistence; its URL."""
         port = free_port()

@@ -12,7 +12,10 @@ not admission. In front of it: vLLM's own router (``vllm-router``, Rust,
 the ``bench`` extra; its defaults) and two gateways, admission off and on,
 run from ``--gateway-src`` (default: this repository; a ``git worktree`` of
 an older commit measures that commit with the same harness). The four
-targets: vLLM direct, vllm-router, gateway off, gateway on (``--targets``).
+targets: vLLM direct, vllm-router, gateway off, gateway on (``--targets``);
+``traced`` adds a gateway with admission on that traces every request into
+the local trace backend, which the benchmark then starts (``make
+trace-backend`` installs it): the cost of tracing on, beside ``on``, off.
 
 Layouts (``--layout``): *unpinned* (the default) starts the engine on every
 core (``ENGINE_CPUS=0-1`` on two), shared with the proxies and the client —

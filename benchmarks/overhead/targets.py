@@ -20,7 +20,7 @@ from benchmarks.harness import (
 )
 from loadtests.prompts import PromptFactory
 
-TARGETS = ("direct", "router", "off", "on", "before")
+TARGETS = ("direct", "router", "off", "on", "before", "traced")
 NAMES = {
     "direct": "vLLM direct",
     "router": "vllm-router",
@@ -28,9 +28,11 @@ NAMES = {
     "on": "gateway, admission on",
     # ``--before-src``: an older gateway, admission on, in the same run.
     "before": "gateway before, adm. on",
+    # Admission on, every request traced into the local trace backend.
+    "traced": "gateway, adm. on, traced",
 }
 LAYOUTS = ("unpinned", "pinned")
-GATEWAYS = {"off": {"GATEWAY_ADMISSION": "off"}, "on": {}, "before": {}}
+GATEWAYS = {"off": {"GATEWAY_ADMISSION": "off"}, "on": {}, "before": {}, "traced": {}}
 
 
 def engine_cpus(layout: str) -> str:
@@ -71,6 +73,7 @@ class OverheadBench(Bench):
         self.layout = layout
         self.targets: list[str] = list(args.targets)
         self.proxies: dict[str, Service] = {}
+        self.backend: Service | None = None
         self.prompts = PromptFactory(seed=args.seed)
 
     def start(self) -> None:
@@ -86,8 +89,17 @@ class OverheadBench(Bench):
         ]
         wait_ready(self.engines)
         extra = dict(kv.split("=", 1) for kv in args.gateway_env)
+        traces: dict[str, str] = {}
+        if "traced" in self.targets:
+            backend = self.procs.trace_backend(f"traces-{self.layout}")
+            wait_ready([backend], timeout=300)
+            self.backend = backend
+            # The SDK's defaults otherwise: every request sampled, batches of
+            # up to 512 spans every 5 s.
+            traces = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{backend.url}/v1/traces"}
         for target, env in GATEWAYS.items():
             if target in self.targets:
+                env = {**env, **traces} if target == "traced" else env
                 src = args.before_src if target == "before" else args.gateway_src
                 self.proxies[target] = self.procs.gateway(
                     f"gateway-{target}-{self.layout}",
@@ -102,7 +114,8 @@ class OverheadBench(Bench):
 
     def stop(self) -> None:
         """Stop this layout's processes (the next layout starts its own)."""
-        for service in [*self.proxies.values(), *self.engines]:
+        backend = [self.backend] if self.backend is not None else []
+        for service in [*self.proxies.values(), *self.engines, *backend]:
             self.procs.stop(service)
 
     def url(self, target: str) -> str:
