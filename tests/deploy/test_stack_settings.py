@@ -2,9 +2,14 @@
 settings as they are, as many sequences as the engine runs, and time to
 drain before the process manager kills them."""
 
+from pathlib import Path
+
 import honcho.manager
+import pytest
+from honcho.manager import Manager
 
 from app.settings import Settings
+from deploy import stack
 from deploy.stack import CPU_ENGINE_MAX_NUM_SEQS, gateway_environment, kill_wait
 
 ENGINES = ["http://127.0.0.1:8001"]
@@ -38,3 +43,23 @@ def test_the_process_manager_waits_out_the_gateways_shutdown() -> None:
     assert kill_wait(settings) > settings.shutdown_timeout > settings.drain_grace_seconds
     # The global the stack sets is the one honcho's loop reads.
     assert "KILL_WAIT" in honcho.manager.Manager.loop.__code__.co_names
+
+
+def test_the_stack_traces_into_its_backend_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    installed = tmp_path / "phoenix"
+    installed.touch()
+    monkeypatch.setattr(stack, "TRACE_BACKEND", installed)
+    manager = Manager()
+    gateways, engines = stack.trace_backend(manager, {"TRACES_PORT": "7006"})
+    assert gateways == {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:7006/v1/traces"}
+    assert engines == {"ENGINE_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4317"}
+    assert list(manager._processes) == ["traces"]
+    # Off when asked, when the caller names a collector of theirs, when not installed.
+    for env in ({"TRACES": "off"}, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}):
+        manager = Manager()
+        assert stack.trace_backend(manager, env) == ({}, {})
+        assert not manager._processes
+    monkeypatch.setattr(stack, "TRACE_BACKEND", tmp_path / "absent")
+    assert stack.trace_backend(Manager(), {}) == ({}, {})
