@@ -64,14 +64,16 @@ def traced_gateway(
 async def test_a_streamed_request_is_one_trace_from_the_gateway_into_the_engine(
     traced_gateway: Gateway, trace_backend: TraceBackend
 ) -> None:
-    client = AsyncOpenAI(base_url=f"{traced_gateway.url}/v1", api_key="unused", max_retries=0)
-    stream = await client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": "Tell me about paged memory."}],
-        max_tokens=16,
-        stream=True,
-    )
-    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    async with AsyncOpenAI(
+        base_url=f"{traced_gateway.url}/v1", api_key="unused", max_retries=0
+    ) as client:
+        stream = await client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me about paged memory."}],
+            max_tokens=16,
+            stream=True,
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text
     # No traceparent sent: the gateway started the trace, and its access
     # log line says which.
