@@ -64,11 +64,16 @@ class _CompletionBody(_Common):
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt of a request: text (its tokens estimated) or token ids
-    (counted exactly)."""
+    """One prompt of a request: its text, and its token ids once known (given
+    as ids by the client, or counted); without ids its tokens are estimated."""
 
     text: str = ""
-    token_ids: int = 0
+    ids: tuple[int, ...] = ()
+
+    @property
+    def counted(self) -> int:
+        """Its exact token count (0: not known, estimate it)."""
+        return len(self.ids)
 
 
 @dataclass(frozen=True)
@@ -219,7 +224,7 @@ def check_request(
 
 
 def _check_token_ids_fit(prompts: tuple[Prompt, ...], max_tokens: int | None, limit: int) -> None:
-    longest = max(prompt.token_ids for prompt in prompts)
+    longest = max(prompt.counted for prompt in prompts)
     if longest + 1 > limit:
         raise TooLong(
             f"prompt: {longest} tokens; the model's context is {limit} tokens"
@@ -293,8 +298,8 @@ def _prompts_of(parsed: _Common) -> tuple[Prompt, ...]:
     if all(isinstance(item, str) for item in prompt):
         return tuple(Prompt(text=str(item)) for item in prompt)
     if all(isinstance(item, int) for item in prompt):
-        return (Prompt(token_ids=len(prompt)),)
-    batch = tuple(Prompt(token_ids=len(item)) for item in prompt if isinstance(item, list))
-    if any(p.token_ids == 0 for p in batch):
+        return (Prompt(ids=tuple(int(i) for i in prompt)),)
+    batch = tuple(Prompt(ids=tuple(item)) for item in prompt if isinstance(item, list))
+    if any(not p.ids for p in batch):
         raise InvalidRequest("prompt: a prompt of the batch is empty", param="prompt")
     return batch

@@ -90,9 +90,9 @@ def test_a_client_that_asks_for_usage_gets_it_as_asked() -> None:
 
 def test_prompts_given_as_token_ids_are_counted_and_batches_are_sequences() -> None:
     job = check("completions", {**COMPLETION, "prompt": [1, 2, 3]})
-    assert job.prompts == (Prompt(token_ids=3),)
+    assert job.prompts == (Prompt(ids=(1, 2, 3)),)
     batch = check("completions", {**COMPLETION, "prompt": [[1, 2], [3]], "n": 3})
-    assert batch.prompts == (Prompt(token_ids=2), Prompt(token_ids=1))
+    assert batch.prompts == (Prompt(ids=(1, 2)), Prompt(ids=(3,)))
     assert batch.sequences == 6
     texts = check("completions", {**COMPLETION, "prompt": ["a", "bc"]})
     assert texts.prompts == (Prompt(text="a"), Prompt(text="bc"))

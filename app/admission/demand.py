@@ -69,7 +69,7 @@ def refuse_if_it_can_never_fit(
     limit = job.max_model_len
     longest = max(certain)
     if limit is not None and longest + 1 > limit:
-        about = "" if all(p.token_ids for p in job.prompts) else "at least "
+        about = "" if all(p.ids for p in job.prompts) else "at least "
         raise TooLong(
             f"the prompt is {about}{longest} tokens; the model's context is {limit} tokens"
             " (prompt plus at least one generated token)",
@@ -92,12 +92,12 @@ def refuse_if_it_can_never_fit(
 
 
 def _estimate(job: CompletionJob, prompt: Prompt, estimator: PromptTokenEstimator) -> int:
-    if prompt.token_ids:
-        return prompt.token_ids
+    if prompt.ids:
+        return prompt.counted
     return estimator.estimate(job.route, len(prompt.text))
 
 
 def _certain(job: CompletionJob, prompt: Prompt, estimator: PromptTokenEstimator) -> int:
-    if prompt.token_ids:
-        return prompt.token_ids
+    if prompt.ids:
+        return prompt.counted
     return math.floor(estimator.estimate(job.route, len(prompt.text)) * CERTAIN_SHARE)
