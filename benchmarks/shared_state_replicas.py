@@ -1,0 +1,253 @@
+"""Simulated gateway replicas for the shared-state benchmark
+(``benchmarks.shared_state``): what a replica's dispatcher and writer do to
+Redis, without engines or HTTP.
+
+Each replica is the gateway's own ``SharedRedis`` and ``FleetState`` (its
+connection, its writer task, its heartbeat every third of the lease, its
+scripts), admitting at ``rate`` a second (Poisson arrivals, one hold at a
+time, as the dispatcher holds them) on one of ``engines`` engines at random,
+keeping each admission ``hold_seconds`` and then releasing it through the
+writer, as a finished request does. Two tenants wait at every replica the
+whole time (published, and passed as the queue's other tenants on every
+hold) with clocks far ahead, so every hold is the fleet's turn and runs the
+whole fair-order check; budgets are generous, so every hold is held.
+
+Run in its own process with the measured gateway tree on ``PYTHONPATH`` (the
+benchmark's ``--gateway-src``): it imports nothing from ``benchmarks``, takes
+its options as JSON (argv[1]) and prints its result as JSON.
+
+Measured, for one fleet: during ``seconds`` of that load, each hold's round
+trip (client side), and from Redis itself (``INFO``) the CPU it spent, its
+commands' statistics and latency percentiles; then, with the load stopped
+and the fleet's state left as it was, heartbeats and holds one at a time, so
+that ``INFO commandstats`` and ``latencystats`` show each script's own time
+(under load every script is one ``EVALSHA`` in those statistics).
+"""
+
+import asyncio
+import json
+import random
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from contextlib import suppress
+from typing import Any
+
+import redis.asyncio as aioredis
+import uvloop
+
+from app.state.fleet import FleetState, Holding
+from app.state.redis import SharedRedis
+
+# Generous: the fleet's holdings never fill them, so every hold that is the
+# fleet's turn is held: the script's whole path.
+BUDGET, CAP = 10**9, 10**9
+PRIORITY = "normal"
+WANT: Holding = (4, 1, 1)
+# The clocks of the tenants that wait: far ahead of anything admitted.
+WAITING_CLOCK = 10**12
+
+
+def quantile(values: Sequence[float], p: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+class Replica:
+    def __init__(self, n: int, url: str, engines: list[str], opts: dict[str, Any]) -> None:
+        self.shared = SharedRedis(url, lease=opts["lease"], timeout=10.0)
+        self.fleet = FleetState(self.shared)
+        self.engines = engines
+        self.rate = opts["rate"]
+        self.hold_seconds = opts["hold_seconds"]
+        self.tenants = [f"t{i}" for i in range(opts["tenants"])]
+        self.tokens = opts["tokens"]
+        self.waiting = [f"waiting-{n}-a", f"waiting-{n}-b"]
+        self.holdings: dict[str, Holding] = {e: (0, 0, 0) for e in engines}
+        # As ``SharedBudgets``: no heartbeat while a hold is out.
+        self.lock = asyncio.Lock()
+        self.releases: deque[tuple[float, str]] = deque()
+        self.rtts: list[float] = []
+        self.held = self.refused = 0
+        self.stopping = False
+        self.shared.on_heartbeat(self.beat)
+
+    def _add(self, engine: str, sign: int) -> None:
+        held = self.holdings[engine]
+        self.holdings[engine] = (
+            held[0] + sign * WANT[0],
+            held[1] + sign * WANT[1],
+            held[2] + sign * WANT[2],
+        )
+
+    async def beat(self) -> None:
+        """What ``SharedBudgets.beat`` asks of Redis: write what this
+        replica holds on every engine, read the queued tenants' clocks."""
+        async with self.lock:
+            await self.fleet.heartbeat(dict(self.holdings))
+        await self.fleet.clocks({PRIORITY: self.waiting})
+
+    async def setup(self) -> None:
+        """Join the fleet, put the waiting tenants' clocks far ahead (one
+        hold each, given back) and publish them as waiting here."""
+        await self.shared.heartbeat()
+        engine = self.engines[0]
+        for tenant in self.waiting:
+            held = await self.fleet.hold(
+                engine, (0, 0, 1), (BUDGET, CAP), (PRIORITY, tenant, WAITING_CLOCK)
+            )
+            assert held.ok, held
+            self.fleet.release(engine, (0, 0, 1))
+        self.fleet.publish_waiting({PRIORITY: self.waiting})
+
+    async def hold_one(self) -> None:
+        engine = random.choice(self.engines)
+        tenant = (PRIORITY, random.choice(self.tenants), self.tokens)
+        async with self.lock:
+            started = time.perf_counter()
+            held = await self.fleet.hold(engine, WANT, (BUDGET, CAP), tenant, self.waiting)
+            self.rtts.append(time.perf_counter() - started)
+            if held.ok:
+                self._add(engine, 1)
+        if held.ok:
+            self.held += 1
+            self.releases.append((time.monotonic() + self.hold_seconds, engine))
+        else:
+            self.refused += 1
+
+    def release_due(self, now: float) -> None:
+        while self.releases and self.releases[0][0] <= now:
+            _, engine = self.releases.popleft()
+            self._add(engine, -1)
+            self.fleet.release(engine, WANT)
+
+    async def admit(self) -> None:
+        """Arrivals at ``rate`` a second, held one at a time: a replica
+        that falls behind admits back to back (its rate then shows it)."""
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + random.expovariate(self.rate)
+        while not self.stopping:
+            delay = next_at - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.release_due(time.monotonic())
+            await self.hold_one()
+            next_at += random.expovariate(self.rate)
+
+
+async def server_cpu(control: aioredis.Redis) -> float:
+    info = await control.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def script_stats(control: aioredis.Redis) -> dict[str, Any]:
+    """``EVALSHA``'s calls and µs per call, and its latency percentiles (µs),
+    as Redis counts them since the last ``CONFIG RESETSTAT``."""
+    stats = (await control.info("commandstats")).get("cmdstat_evalsha", {})
+    latency = (await control.info("latencystats")).get("latency_percentiles_usec_evalsha", {})
+    return {
+        "calls": int(stats.get("calls", 0)),
+        "usec_per_call": float(stats.get("usec_per_call", 0.0)),
+        "p50_usec": float(latency.get("p50", 0.0)),
+        "p99_usec": float(latency.get("p99", 0.0)),
+    }
+
+
+async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
+    control = aioredis.Redis.from_url(url)
+    await control.flushall()
+    engines = [f"http://engine-{e}:8000" for e in range(opts["engines"])]
+    replicas = [Replica(n, url, engines, opts) for n in range(opts["replicas"])]
+    for replica in replicas:
+        await replica.setup()
+    interval = opts["lease"] / 3
+
+    async def writer(replica: Replica) -> None:
+        # Heartbeats spread over the interval, as independent replicas'.
+        await asyncio.sleep(random.uniform(0, interval))
+        await replica.shared.run()
+
+    writers = [asyncio.create_task(writer(r)) for r in replicas]
+    admitters = [asyncio.create_task(r.admit()) for r in replicas]
+    await asyncio.sleep(opts["warmup"])
+
+    # The measured window.
+    for replica in replicas:
+        replica.rtts.clear()
+        replica.held = replica.refused = 0
+    await control.config_resetstat()
+    cpu_before, client_before = await server_cpu(control), time.process_time()
+    started = time.monotonic()
+    await asyncio.sleep(opts["seconds"])
+    elapsed = time.monotonic() - started
+    cpu = await server_cpu(control) - cpu_before
+    client_cpu = time.process_time() - client_before
+    under_load = await script_stats(control)
+    held = sum(r.held for r in replicas)
+    refused = sum(r.refused for r in replicas)
+    rtts = [x for r in replicas for x in r.rtts]
+
+    # Stop the load, leave the state as it is, and time each script alone.
+    for replica in replicas:
+        replica.stopping = True
+    await asyncio.gather(*admitters)
+    for task in writers:
+        task.cancel()
+    for task in writers:
+        with suppress(asyncio.CancelledError):
+            await task
+    await control.config_resetstat()
+    for replica in replicas:
+        await replica.beat()
+    heartbeat = await script_stats(control)
+    await control.config_resetstat()
+    alone: list[float] = []
+    for i in range(opts["isolated_holds"]):
+        replica = replicas[i % len(replicas)]
+        before = len(replica.rtts)
+        await replica.hold_one()
+        alone.extend(replica.rtts[before:])
+    hold = await script_stats(control)
+
+    for replica in replicas:
+        await replica.shared.aclose()
+    await control.aclose()
+    admissions = held + refused
+    return {
+        "replicas": opts["replicas"],
+        "engines": opts["engines"],
+        "offered_per_s": opts["replicas"] * opts["rate"],
+        "admissions": admissions,
+        "held": held,
+        "refused": refused,
+        "admissions_per_s": admissions / elapsed,
+        "hold_rtt_p50_ms": _ms(quantile(rtts, 0.5)),
+        "hold_rtt_p99_ms": _ms(quantile(rtts, 0.99)),
+        "scripts_under_load": under_load,
+        "server_cpu_s": cpu,
+        "server_cpu_usec_per_admission": cpu / max(1, admissions) * 1e6,
+        "server_cpu_share": cpu / elapsed,
+        "client_cpu_share": client_cpu / elapsed,
+        "hold_alone": hold,
+        "hold_alone_rtt_p50_ms": _ms(quantile(alone, 0.5)),
+        "hold_alone_rtt_p99_ms": _ms(quantile(alone, 0.99)),
+        "heartbeat_alone": heartbeat,
+    }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000
+
+
+def main() -> None:
+    opts = json.loads(sys.argv[1])
+    # The event loop the gateway runs on (uvicorn takes uvloop when installed).
+    result = uvloop.run(run_fleet(opts["url"], opts))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
