@@ -139,15 +139,13 @@ async def test_a_replica_waits_its_turn_behind_a_tenant_waiting_at_another(
     # The first replica (alive: its lease renewed) has "light" waiting,
     # behind "heavy" in its own (lagging) copy of the clocks.
     await first.heartbeat({})
-    waiting = "{gw}:waiting:"
-    await replicas[0].client.hset(waiting + "normal", replicas[0].replica, "heavy\nlight")
+    await first.publish({"normal": ["heavy", "light"]})
     turn = await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))
     assert turn.not_my_turn
     assert not turn.ok
     assert (await first.hold("e", (1, 1, 1), (100, 100), ("normal", "light", 10))).ok
     # A request waiting in a higher class goes before any normal request.
-    await replicas[0].client.hset(waiting + "high", replicas[0].replica, "vip")
-    await replicas[0].client.hdel(waiting + "normal", replicas[0].replica)
+    await first.publish({"high": ["vip"], "normal": []})
     assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))).not_my_turn
     assert (await second.hold("e", (1, 1, 1), (100, 100), ("high", "other", 10))).ok
 
