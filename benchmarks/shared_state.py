@@ -52,6 +52,7 @@ def fleet_options(args: Any, url: str, replicas: int, engines: int) -> dict[str,
         "warmup": args.warmup,
         "seconds": args.seconds,
         "isolated_holds": args.isolated_holds,
+        "idle_seconds": args.idle_seconds,
     }
 
 
@@ -110,8 +111,8 @@ def render(result: dict[str, Any]) -> str:
         f" {args['lease']:g} s), two tenants waiting at each; {args['seconds']:g} s measured per"
         " fleet. Round trip: at the client, under that load. In Redis: INFO commandstats and"
         " latencystats, each script timed alone on the fleet's state right after the load."
-        " Redis CPU: INFO cpu over the window ÷ admissions (holds, releases and heartbeats"
-        " included); one core: 10⁶ ÷ that.\n\n" + table(head, rows) + "\n"
+        " Redis CPU: INFO cpu over the window, net of Redis idle, ÷ admissions (holds, releases"
+        " and heartbeats included); one core: 10⁶ ÷ that.\n\n" + table(head, rows) + "\n"
     )
 
 
@@ -127,6 +128,7 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
     p.add_argument("--seconds", type=float, default=10.0, help="seconds measured per fleet")
     p.add_argument("--isolated-holds", type=int, default=400, help="holds timed alone")
+    p.add_argument("--idle-seconds", type=float, default=2.0, help="Redis idle, measured")
     args = p.parse_args()
     sizes = [int(x) for x in args.replicas.split(",") if x]
     engine_counts = [int(x) for x in args.engines.split(",") if x]

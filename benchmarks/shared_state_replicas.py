@@ -16,9 +16,10 @@ Run in its own process with the measured gateway tree on ``PYTHONPATH`` (the
 benchmark's ``--gateway-src``): it imports nothing from ``benchmarks``, takes
 its options as JSON (argv[1]) and prints its result as JSON.
 
-Measured, for one fleet: during ``seconds`` of that load, each hold's round
-trip (client side), and from Redis itself (``INFO``) the CPU it spent, its
-commands' statistics and latency percentiles; then, with the load stopped
+Measured, for one fleet: Redis's CPU with the fleet connected and idle;
+during ``seconds`` of that load, each hold's round trip (client side), and
+from Redis itself (``INFO``) the CPU it spent (net of idle), its commands'
+statistics and latency percentiles; then, with the load stopped
 and the fleet's state left as it was, heartbeats and holds one at a time, so
 that ``INFO commandstats`` and ``latencystats`` show each script's own time
 (under load every script is one ``EVALSHA`` in those statistics).
@@ -163,6 +164,11 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
     replicas = [Replica(n, url, engines, opts) for n in range(opts["replicas"])]
     for replica in replicas:
         await replica.setup()
+    # What Redis spends with the fleet connected and nothing asked of it
+    # (its own timers): not the admissions' cost.
+    idle_before = await server_cpu(control)
+    await asyncio.sleep(opts["idle_seconds"])
+    idle = (await server_cpu(control) - idle_before) / opts["idle_seconds"]
     interval = opts["lease"] / 3
 
     async def writer(replica: Replica) -> None:
@@ -228,7 +234,9 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
         "hold_rtt_p99_ms": _ms(quantile(rtts, 0.99)),
         "scripts_under_load": under_load,
         "server_cpu_s": cpu,
-        "server_cpu_usec_per_admission": cpu / max(1, admissions) * 1e6,
+        "server_idle_cpu_share": idle,
+        # Net of what Redis spends idle.
+        "server_cpu_usec_per_admission": max(0.0, cpu - idle * elapsed) / max(1, admissions) * 1e6,
         "server_cpu_share": cpu / elapsed,
         "client_cpu_share": client_cpu / elapsed,
         "hold_alone": hold,
