@@ -7,8 +7,8 @@ deadline in ms of Redis's own clock). The first call that finds a lease run
 out takes that replica's part out (``reclaim``: one range query, then work
 per expired replica only) and keeps it aside, lapsed, for a minute: a
 replica that was only slow counts again, whole, when it renews; after the
-minute its part is dropped. Nothing trusts a replica to clean up after
-itself.
+minute its part is dropped (by heartbeats, off the admission path). Nothing
+trusts a replica to clean up after itself.
 
 Pools: what replicas hold of one thing (an engine's blocks, sequences and
 requests; an API key's concurrent slots): a hash with a field per replica
@@ -43,15 +43,19 @@ local function renew(leases, lapsed, replica, deadline)
   return redis.call('ZREM', lapsed, replica) == 1
 end
 
--- Takes out (uncount) the part of every replica whose lease ran out, keeps
--- it aside as lapsed, and forgets (forget) parts lapsed over LAPSE_MS ago.
-local function reclaim(leases, lapsed, now, uncount, forget)
+-- Takes out (uncount) the part of every replica whose lease ran out, and
+-- keeps it aside as lapsed. One range query when none did.
+local function reclaim(leases, lapsed, now, uncount)
   local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', '(' .. now, 'WITHSCORES')
   for i = 1, #expired, 2 do
     uncount(expired[i])
     redis.call('ZREM', leases, expired[i])
     redis.call('ZADD', lapsed, expired[i + 1], expired[i])
   end
+end
+
+-- Drops (forget) the parts lapsed over LAPSE_MS ago.
+local function forget_lapsed(lapsed, now, forget)
   local gone = redis.call('ZRANGEBYSCORE', lapsed, '-inf', '(' .. (now - LAPSE_MS))
   for _, replica in ipairs(gone) do
     forget(replica)
@@ -85,26 +89,41 @@ local function pool_at(first, n)
   return {held = KEYS[first], leases = KEYS[first + 1], lapsed = KEYS[first + 2], n = n}
 end
 
-local function pool_total(p)
-  return counts(redis.call('HGET', p.held, ''), p.n)
+-- What the replica holds, and the total, in one read.
+local function pool_read(p, replica)
+  local both = redis.call('HMGET', p.held, replica, '')
+  return counts(both[1], p.n), counts(both[2], p.n)
 end
 
--- Adds sign * v to the total.
+-- The total moved by sign * v, written.
 local function pool_shift(p, v, sign)
-  if is_zero(v) then return end
-  local total = pool_total(p)
+  local total = counts(redis.call('HGET', p.held, ''), p.n)
   for j = 1, p.n do total[j] = total[j] + sign * v[j] end
   redis.call('HSET', p.held, '', table.concat(total, ' '))
 end
 
-local function pool_part(p, replica)
-  return counts(redis.call('HGET', p.held, replica), p.n)
+-- Writes what a counted (or new) replica holds now, v instead of old, and
+-- the total moved by the difference; holding nothing, it leaves the pool.
+local function pool_write(p, replica, old, v, total, deadline)
+  for j = 1, p.n do total[j] = total[j] + v[j] - old[j] end
+  if is_zero(v) then
+    redis.call('HDEL', p.held, replica)
+    redis.call('ZREM', p.leases, replica)
+    redis.call('HSET', p.held, '', table.concat(total, ' '))
+  else
+    redis.call('HSET', p.held, replica, table.concat(v, ' '), '', table.concat(total, ' '))
+    redis.call('ZADD', p.leases, deadline, replica)
+  end
 end
 
 local function pool_reclaim(p, now)
-  reclaim(p.leases, p.lapsed, now,
-    function(r) pool_shift(p, pool_part(p, r), -1) end,
-    function(r) redis.call('HDEL', p.held, r) end)
+  reclaim(p.leases, p.lapsed, now, function(r)
+    pool_shift(p, counts(redis.call('HGET', p.held, r), p.n), -1)
+  end)
+end
+
+local function pool_forget(p, now)
+  forget_lapsed(p.lapsed, now, function(r) redis.call('HDEL', p.held, r) end)
 end
 
 -- A sign of life: a replica holding something (counted or lapsed) counts.
@@ -113,37 +132,31 @@ local function pool_renew(p, replica, deadline)
     redis.call('ZADD', p.leases, deadline, replica)
   elseif redis.call('ZREM', p.lapsed, replica) == 1 then
     redis.call('ZADD', p.leases, deadline, replica)
-    pool_shift(p, pool_part(p, replica), 1)
+    pool_shift(p, counts(redis.call('HGET', p.held, replica), p.n), 1)
   end
 end
 
--- Sets what the replica holds (and renews its lease); holding nothing, it
--- leaves the pool.
+-- Sets what the replica holds (the truth) and renews its lease; the total.
 local function pool_set(p, replica, v, deadline)
-  local delta = v
-  if redis.call('ZSCORE', p.leases, replica) then
-    local old = pool_part(p, replica)
-    delta = {}
-    for j = 1, p.n do delta[j] = v[j] - old[j] end
-  elseif redis.call('ZREM', p.lapsed, replica) == 0 and is_zero(v) then
-    return  -- not in the pool, and stays out
+  local counted = redis.call('ZSCORE', p.leases, replica)
+  if not counted and redis.call('ZREM', p.lapsed, replica) == 0 and is_zero(v) then
+    -- Not in the pool, and stays out.
+    return counts(redis.call('HGET', p.held, ''), p.n)
   end
-  if is_zero(v) then
-    redis.call('HDEL', p.held, replica)
-    redis.call('ZREM', p.leases, replica)
-  else
-    redis.call('HSET', p.held, replica, table.concat(v, ' '))
-    redis.call('ZADD', p.leases, deadline, replica)
-  end
-  pool_shift(p, delta, 1)
+  local old, total = pool_read(p, replica)
+  -- A lapsed part is not in the total.
+  if not counted then old = counts(nil, p.n) end
+  pool_write(p, replica, old, v, total, deadline)
+  return total
 end
 
 -- Adds delta (negative: gives back) to what the replica holds, never below 0.
 local function pool_add(p, replica, delta, deadline)
   pool_renew(p, replica, deadline)
-  local v = pool_part(p, replica)
-  for j = 1, p.n do v[j] = math.max(0, v[j] + delta[j]) end
-  pool_set(p, replica, v, deadline)
+  local old, total = pool_read(p, replica)
+  local v = {}
+  for j = 1, p.n do v[j] = math.max(0, old[j] + delta[j]) end
+  pool_write(p, replica, old, v, total, deadline)
 end
 
 -- The fleet -------------------------------------------------------------------
@@ -192,11 +205,13 @@ local function fleet_renew(f, replica, deadline)
 end
 
 local function fleet_reclaim(f, now)
-  reclaim(f.alive, f.lapsed, now,
-    function(r) fleet_count(f, r, -1) end,
-    function(r)
-      for _, c in ipairs(f.classes) do redis.call('HDEL', c.waiting, r) end
-    end)
+  reclaim(f.alive, f.lapsed, now, function(r) fleet_count(f, r, -1) end)
+end
+
+local function fleet_forget(f, now)
+  forget_lapsed(f.lapsed, now, function(r)
+    for _, c in ipairs(f.classes) do redis.call('HDEL', c.waiting, r) end
+  end)
 end
 """
 )

@@ -42,21 +42,25 @@ fleet_reclaim(f, now)
 local p = pool_at(3 + 4 * CLASSES, 3)
 pool_renew(p, replica, deadline)
 pool_reclaim(p, now)
-local total = pool_total(p)
+local held, total = pool_read(p, replica)
 local blocks, sequences, requests = total[1], total[2], total[3]
 local class = tonumber(ARGV[9])
 local c = f.classes[class]
-local vtime = tonumber(redis.call('HGET', c.fair, '') or '0')
-local function start(name)
-  return math.max(tonumber(redis.call('HGET', c.fair, name) or '0'), vtime)
+-- The class's clock, this tenant's and the rivals' (ARGV[10]...), in one read.
+local names = {'', tenant}
+for i = 10, #ARGV do names[#names + 1] = ARGV[i] end
+local clocks = redis.call('HMGET', c.fair, unpack(names))
+local vtime = tonumber(clocks[1] or '0')
+local function start(i)
+  return math.max(tonumber(clocks[i] or '0'), vtime)
 end
-local mine = start(tenant)
+local mine = start(2)
 local earlier = false
 local starts = {tenant, tostring(mine)}
-for i = 10, #ARGV do
-  local clock = start(ARGV[i])
+for i = 3, #names do
+  local clock = start(i)
   if clock < mine then earlier = true end
-  starts[#starts + 1] = ARGV[i]
+  starts[#starts + 1] = names[i]
   starts[#starts + 1] = tostring(clock)
 end
 if earlier then
@@ -112,7 +116,8 @@ local fits = requests == 0 or (
 if not fits then
   return {0, blocks, sequences, requests, '0', '0'}
 end
-pool_add(p, replica, {want_blocks, want_sequences, 1}, deadline)
+pool_write(p, replica, held, {held[1] + want_blocks, held[2] + want_sequences, held[3] + 1},
+  total, deadline)
 local served = tostring(mine + tonumber(ARGV[8]))
 redis.call('HSET', c.fair, tenant, served, '', tostring(mine))
 redis.call('ZADD', c.queued, 'XX', served, tenant)
@@ -147,14 +152,16 @@ local deadline = now + tonumber(ARGV[2])
 local f = fleet_at(1)
 fleet_renew(f, replica, deadline)
 fleet_reclaim(f, now)
+fleet_forget(f, now)
 local out = {redis.call('ZCARD', f.alive)}
 local first = 3 + 4 * CLASSES
 for e = 0, (#KEYS - first + 1) / 3 - 1 do
   local p = pool_at(first + 3 * e, 3)
   pool_reclaim(p, now)
+  pool_forget(p, now)
   local a = 3 + 3 * e
-  pool_set(p, replica, {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])}, deadline)
-  for _, x in ipairs(pool_total(p)) do out[#out + 1] = x end
+  local v = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])}
+  for _, x in ipairs(pool_set(p, replica, v, deadline)) do out[#out + 1] = x end
 end
 return out
 """
@@ -203,8 +210,9 @@ local deadline = now + tonumber(ARGV[3])
 local p = pool_at(1, 1)
 pool_renew(p, ARGV[1], deadline)
 pool_reclaim(p, now)
-if pool_total(p)[1] >= tonumber(ARGV[2]) then return 0 end
-pool_add(p, ARGV[1], {1}, deadline)
+local held, total = pool_read(p, ARGV[1])
+if total[1] >= tonumber(ARGV[2]) then return 0 end
+pool_write(p, ARGV[1], held, {held[1] + 1}, total, deadline)
 return 1
 """
 )
@@ -220,6 +228,7 @@ local deadline = now + tonumber(ARGV[2])
 for i = 0, #KEYS / 3 - 1 do
   local p = pool_at(1 + 3 * i, 1)
   pool_reclaim(p, now)
+  pool_forget(p, now)
   pool_set(p, ARGV[1], {tonumber(ARGV[3 + i])}, deadline)
 end
 return 1
