@@ -30,13 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import Processes, benchmark_parser, run_benchmark, table
+from benchmarks.shared_state_replicas import RUN_BY_PATH
 
 REPLICAS_SCRIPT = Path(__file__).with_name("shared_state_replicas.py")
-# Runs the replicas' file by its path, so that ``app`` (and nothing of this
-# tree's ``benchmarks``) is imported from the measured tree.
-RUN_BY_PATH = (
-    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
-)
 
 
 def fleet_options(args: Any, url: str, replicas: int, engines: int) -> dict[str, Any]:
@@ -89,7 +85,7 @@ def render(result: dict[str, Any]) -> str:
             _f(f["heartbeat_alone"]["usec_per_call"]),
             _f(f["server_cpu_usec_per_admission"]),
             f"{1e6 / max(f['server_cpu_usec_per_admission'], 1e-9):,.0f}",
-            f"{f['server_cpu_share']:.2f} / {f['client_cpu_share']:.2f}",
+            f"{f['server_cpu_share']:.2f} / {f['load_cpu_share']:.2f}",
         ]
         for f in fleets
     ]
@@ -97,19 +93,20 @@ def render(result: dict[str, Any]) -> str:
         "live replicas",
         "engines",
         "admissions/s (offered)",
-        "HOLD round trip under load, p50 / p99 ms",
+        "HOLD round trip under load (one replica), p50 / p99 ms",
         "HOLD in Redis, mean / p50 / p99 µs",
         "heartbeat in Redis, µs",
         "Redis CPU µs per admission",
         "admissions/s one Redis core",
-        "cores busy: Redis / replicas",
+        "cores busy: Redis / the other replicas' process",
     ]
     args = result["args"]
     return (
         f"Each replica admitting {args['rate']:g} requests a second (Poisson), holding each"
         f" {args['hold_seconds']:g} s, heart-beating every {args['lease'] / 3:.2f} s (lease"
         f" {args['lease']:g} s), two tenants waiting at each; {args['seconds']:g} s measured per"
-        " fleet. Round trip: at the client, under that load. In Redis: INFO commandstats and"
+        " fleet. Round trip: at one replica in a process of its own (the others share one),"
+        " under that load. In Redis: INFO commandstats and"
         " latencystats, each script timed alone on the fleet's state right after the load."
         " Redis CPU: INFO cpu over the window, net of Redis idle, ÷ admissions (holds, releases"
         " and heartbeats included); one core: 10⁶ ÷ that.\n\n" + table(head, rows) + "\n"

@@ -14,19 +14,24 @@ whole fair-order check; budgets are generous, so every hold is held.
 
 Run in its own process with the measured gateway tree on ``PYTHONPATH`` (the
 benchmark's ``--gateway-src``): it imports nothing from ``benchmarks``, takes
-its options as JSON (argv[1]) and prints its result as JSON.
+its options as JSON (argv[1]) and prints its result as JSON. One replica,
+the probe, runs in a process of its own, as a real replica would: its round
+trips are Redis's answer time plus one replica's client, not the wait for
+the others' work on a shared event loop. The other N − 1 run in this one.
 
 Measured, for one fleet: Redis's CPU with the fleet connected and idle;
 during ``seconds`` of that load, each hold's round trip (client side), and
 from Redis itself (``INFO``) the CPU it spent (net of idle), its commands'
-statistics and latency percentiles; then, with the load stopped
-and the fleet's state left as it was, heartbeats and holds one at a time, so
-that ``INFO commandstats`` and ``latencystats`` show each script's own time
-(under load every script is one ``EVALSHA`` in those statistics).
+statistics and latency percentiles; then, with the load stopped and the
+fleet's state left as it was, every replica's heartbeat and the probe's
+holds one at a time, so that ``INFO commandstats`` and ``latencystats``
+show each script's own time (under load every script is one ``EVALSHA`` in
+those statistics).
 """
 
 import asyncio
 import json
+import os
 import random
 import sys
 import time
@@ -48,6 +53,12 @@ PRIORITY = "normal"
 WANT: Holding = (4, 1, 1)
 # The clocks of the tenants that wait: far ahead of anything admitted.
 WAITING_CLOCK = 10**12
+# Runs a file by its path, so that ``app`` is imported from PYTHONPATH (the
+# measured tree) and nothing from this tree's ``benchmarks``.
+THIS_FILE = os.path.abspath(__file__)
+RUN_BY_PATH = (
+    "import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def quantile(values: Sequence[float], p: float) -> float | None:
@@ -74,6 +85,7 @@ class Replica:
         self.rtts: list[float] = []
         self.held = self.refused = 0
         self.stopping = False
+        self._tasks: list[asyncio.Task[None]] = []
         self.shared.on_heartbeat(self.beat)
 
     def _add(self, engine: str, sign: int) -> None:
@@ -138,6 +150,32 @@ class Replica:
             await self.hold_one()
             next_at += random.expovariate(self.rate)
 
+    def start(self, interval: float) -> None:
+        """Admit, and run the writer (releases, heartbeats) as the gateway
+        does, its heartbeats at a random phase, as independent replicas'."""
+
+        async def writer() -> None:
+            await asyncio.sleep(random.uniform(0, interval))
+            await self.shared.run()
+
+        self._tasks = [asyncio.create_task(writer()), asyncio.create_task(self.admit())]
+
+    def measure(self) -> None:
+        self.rtts.clear()
+        self.held = self.refused = 0
+
+    async def stop(self) -> None:
+        """Stop admitting, then the writer; the state in Redis stays."""
+        self.stopping = True
+        writer, admitter = self._tasks
+        await admitter
+        writer.cancel()
+        with suppress(asyncio.CancelledError):
+            await writer
+
+    def summary(self) -> dict[str, Any]:
+        return {"held": self.held, "refused": self.refused, "rtts": self.rtts}
+
 
 async def server_cpu(control: aioredis.Redis) -> float:
     info = await control.info("cpu")
@@ -157,33 +195,99 @@ async def script_stats(control: aioredis.Redis) -> dict[str, Any]:
     }
 
 
+class Probe:
+    """The probe replica's process, seen from the load's: one command a
+    line on its stdin, one JSON answer a line on its stdout."""
+
+    def __init__(self, opts: dict[str, Any]) -> None:
+        self.opts = {**opts, "role": "probe"}
+
+    async def start(self) -> None:
+        argv = [sys.executable, "-c", RUN_BY_PATH, THIS_FILE]
+        self.proc = await asyncio.create_subprocess_exec(
+            *argv,
+            json.dumps(self.opts),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        await self.ask("")  # ready
+
+    async def ask(self, command: str) -> Any:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        if command:
+            self.proc.stdin.write(command.encode() + b"\n")
+            await self.proc.stdin.drain()
+        line = await self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the probe replica exited")
+        return json.loads(line)
+
+    async def close(self) -> None:
+        await self.ask("quit")
+        await self.proc.wait()
+
+
+async def probe_main(url: str, opts: dict[str, Any]) -> None:
+    """The probe replica: set up, say so, then do as told."""
+    engines = [f"http://engine-{e}:8000" for e in range(opts["engines"])]
+    replica = Replica(0, url, engines, opts)
+    await replica.setup()
+
+    def answer(value: Any) -> None:
+        print(json.dumps(value), flush=True)
+
+    answer({})
+    while True:
+        command, *rest = (await asyncio.to_thread(sys.stdin.readline)).split()
+        if command == "start":
+            replica.start(opts["lease"] / 3)
+        elif command == "measure":
+            replica.measure()
+        elif command == "stop":
+            await replica.stop()
+        elif command == "summary":
+            answer(replica.summary())
+            continue
+        elif command == "beat":
+            await replica.beat()
+        elif command == "holds":
+            replica.measure()
+            for _ in range(int(rest[0])):
+                await replica.hold_one()
+            answer(replica.summary())
+            continue
+        elif command == "quit":
+            await replica.shared.aclose()
+            answer({})
+            return
+        answer({})
+
+
 async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
     control = aioredis.Redis.from_url(url)
     await control.flushall()
     engines = [f"http://engine-{e}:8000" for e in range(opts["engines"])]
-    replicas = [Replica(n, url, engines, opts) for n in range(opts["replicas"])]
+    replicas = [Replica(n, url, engines, opts) for n in range(1, opts["replicas"])]
     for replica in replicas:
         await replica.setup()
+    probe = Probe(opts)
+    await probe.start()
     # What Redis spends with the fleet connected and nothing asked of it
     # (its own timers): not the admissions' cost.
     idle_before = await server_cpu(control)
     await asyncio.sleep(opts["idle_seconds"])
     idle = (await server_cpu(control) - idle_before) / opts["idle_seconds"]
-    interval = opts["lease"] / 3
 
-    async def writer(replica: Replica) -> None:
-        # Heartbeats spread over the interval, as independent replicas'.
-        await asyncio.sleep(random.uniform(0, interval))
-        await replica.shared.run()
-
-    writers = [asyncio.create_task(writer(r)) for r in replicas]
-    admitters = [asyncio.create_task(r.admit()) for r in replicas]
+    for replica in replicas:
+        replica.start(opts["lease"] / 3)
+    await probe.ask("start")
     await asyncio.sleep(opts["warmup"])
 
     # The measured window.
     for replica in replicas:
-        replica.rtts.clear()
-        replica.held = replica.refused = 0
+        replica.measure()
+    await probe.ask("measure")
     await control.config_resetstat()
     cpu_before, client_before = await server_cpu(control), time.process_time()
     started = time.monotonic()
@@ -192,32 +296,25 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
     cpu = await server_cpu(control) - cpu_before
     client_cpu = time.process_time() - client_before
     under_load = await script_stats(control)
-    held = sum(r.held for r in replicas)
-    refused = sum(r.refused for r in replicas)
-    rtts = [x for r in replicas for x in r.rtts]
+    probed = await probe.ask("summary")
+    held = probed["held"] + sum(r.held for r in replicas)
+    refused = probed["refused"] + sum(r.refused for r in replicas)
+    load_rtts = [x for r in replicas for x in r.rtts]
 
     # Stop the load, leave the state as it is, and time each script alone.
+    await probe.ask("stop")
     for replica in replicas:
-        replica.stopping = True
-    await asyncio.gather(*admitters)
-    for task in writers:
-        task.cancel()
-    for task in writers:
-        with suppress(asyncio.CancelledError):
-            await task
+        await replica.stop()
     await control.config_resetstat()
+    await probe.ask("beat")
     for replica in replicas:
         await replica.beat()
     heartbeat = await script_stats(control)
     await control.config_resetstat()
-    alone: list[float] = []
-    for i in range(opts["isolated_holds"]):
-        replica = replicas[i % len(replicas)]
-        before = len(replica.rtts)
-        await replica.hold_one()
-        alone.extend(replica.rtts[before:])
+    alone = (await probe.ask(f"holds {opts['isolated_holds']}"))["rtts"]
     hold = await script_stats(control)
 
+    await probe.close()
     for replica in replicas:
         await replica.shared.aclose()
     await control.aclose()
@@ -230,15 +327,20 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
         "held": held,
         "refused": refused,
         "admissions_per_s": admissions / elapsed,
-        "hold_rtt_p50_ms": _ms(quantile(rtts, 0.5)),
-        "hold_rtt_p99_ms": _ms(quantile(rtts, 0.99)),
+        # The probe's holds: one replica in a process of its own.
+        "hold_rtt_p50_ms": _ms(quantile(probed["rtts"], 0.5)),
+        "hold_rtt_p99_ms": _ms(quantile(probed["rtts"], 0.99)),
+        "probe_holds": len(probed["rtts"]),
+        # The others', on this process's one event loop.
+        "load_hold_rtt_p50_ms": _ms(quantile(load_rtts, 0.5)),
+        "load_hold_rtt_p99_ms": _ms(quantile(load_rtts, 0.99)),
         "scripts_under_load": under_load,
         "server_cpu_s": cpu,
         "server_idle_cpu_share": idle,
         # Net of what Redis spends idle.
         "server_cpu_usec_per_admission": max(0.0, cpu - idle * elapsed) / max(1, admissions) * 1e6,
         "server_cpu_share": cpu / elapsed,
-        "client_cpu_share": client_cpu / elapsed,
+        "load_cpu_share": client_cpu / elapsed,
         "hold_alone": hold,
         "hold_alone_rtt_p50_ms": _ms(quantile(alone, 0.5)),
         "hold_alone_rtt_p99_ms": _ms(quantile(alone, 0.99)),
@@ -253,6 +355,9 @@ def _ms(seconds: float | None) -> float | None:
 def main() -> None:
     opts = json.loads(sys.argv[1])
     # The event loop the gateway runs on (uvicorn takes uvloop when installed).
+    if opts.get("role") == "probe":
+        uvloop.run(probe_main(opts["url"], opts))
+        return
     result = uvloop.run(run_fleet(opts["url"], opts))
     print(json.dumps(result))
 
