@@ -80,6 +80,7 @@ def render(result: dict[str, Any]) -> str:
             str(f["engines"]),
             f"{f['admissions_per_s']:,.0f} ({f['offered_per_s']:,})",
             f"{_f(f['hold_rtt_p50_ms'], 2)} / {_f(f['hold_rtt_p99_ms'], 2)}",
+            f"{_f(f['ping_rtt_p50_ms'], 2)} / {_f(f['ping_rtt_p99_ms'], 2)}",
             f"{_f(f['hold_alone']['usec_per_call'])} / {_f(f['hold_alone']['p50_usec'])}"
             f" / {_f(f['hold_alone']['p99_usec'])}",
             _f(f["heartbeat_alone"]["usec_per_call"]),
@@ -94,6 +95,7 @@ def render(result: dict[str, Any]) -> str:
         "engines",
         "admissions/s (offered)",
         "HOLD round trip under load (one replica), p50 / p99 ms",
+        "PING round trip, same replica, p50 / p99 ms",
         "HOLD in Redis, mean / p50 / p99 µs",
         "heartbeat in Redis, µs",
         "Redis CPU µs per admission",
@@ -106,8 +108,10 @@ def render(result: dict[str, Any]) -> str:
         f" {args['hold_seconds']:g} s, heart-beating every {args['lease'] / 3:.2f} s (lease"
         f" {args['lease']:g} s), two tenants waiting at each; {args['seconds']:g} s measured per"
         " fleet. Round trip: at one replica in a process of its own (the others share one),"
-        " under that load. In Redis: INFO commandstats and"
-        " latencystats, each script timed alone on the fleet's state right after the load."
+        " under that load; beside it, that replica's PINGs at the same rate on a connection of"
+        " their own (what the machine and the client take for a command that does nothing)."
+        " In Redis: INFO commandstats and latencystats, each script timed alone on the fleet's"
+        " state right after the load."
         " Redis CPU: INFO cpu over the window, net of Redis idle, ÷ admissions (holds, releases"
         " and heartbeats included); one core: 10⁶ ÷ that.\n\n" + table(head, rows) + "\n"
     )

@@ -237,17 +237,35 @@ async def probe_main(url: str, opts: dict[str, Any]) -> None:
     def answer(value: Any) -> None:
         print(json.dumps(value), flush=True)
 
+    # PINGs at the same rate, on a connection of their own: the round trip
+    # of a command that does nothing, at the same moments — the machine's
+    # and the client's part of a hold's round trip.
+    pings: list[float] = []
+    pinger = aioredis.Redis.from_url(url)
+
+    async def ping() -> None:
+        while True:
+            await asyncio.sleep(random.expovariate(opts["rate"]))
+            started = time.perf_counter()
+            await pinger.ping()
+            pings.append(time.perf_counter() - started)
+
     answer({})
     while True:
         command, *rest = (await asyncio.to_thread(sys.stdin.readline)).split()
         if command == "start":
             replica.start(opts["lease"] / 3)
+            pinging = asyncio.create_task(ping())
         elif command == "measure":
             replica.measure()
+            pings.clear()
         elif command == "stop":
             await replica.stop()
+            pinging.cancel()
+            with suppress(asyncio.CancelledError):
+                await pinging
         elif command == "summary":
-            answer(replica.summary())
+            answer({**replica.summary(), "pings": pings})
             continue
         elif command == "beat":
             await replica.beat()
@@ -259,6 +277,7 @@ async def probe_main(url: str, opts: dict[str, Any]) -> None:
             continue
         elif command == "quit":
             await replica.shared.aclose()
+            await pinger.aclose()
             answer({})
             return
         answer({})
@@ -331,6 +350,8 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
         "hold_rtt_p50_ms": _ms(quantile(probed["rtts"], 0.5)),
         "hold_rtt_p99_ms": _ms(quantile(probed["rtts"], 0.99)),
         "probe_holds": len(probed["rtts"]),
+        "ping_rtt_p50_ms": _ms(quantile(probed["pings"], 0.5)),
+        "ping_rtt_p99_ms": _ms(quantile(probed["pings"], 0.99)),
         # The others', on this process's one event loop.
         "load_hold_rtt_p50_ms": _ms(quantile(load_rtts, 0.5)),
         "load_hold_rtt_p99_ms": _ms(quantile(load_rtts, 0.99)),

@@ -27,6 +27,7 @@ def test_each_script_timed_alone_is_one_call_in_redis_statistics(redis: RedisSer
     assert fleet["admissions"] > 0
     assert fleet["refused"] == 0
     assert fleet["hold_rtt_p99_ms"] is not None
+    assert fleet["ping_rtt_p99_ms"] is not None
     assert fleet["scripts_under_load"]["calls"] >= fleet["admissions"]
     assert fleet["server_cpu_s"] > 0
     assert fleet["hold_alone"]["calls"] == 25
