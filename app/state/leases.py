@@ -104,16 +104,17 @@ end
 
 -- Writes what a counted (or new) replica holds now, v instead of old, and
 -- the total moved by the difference; holding nothing, it leaves the pool.
-local function pool_write(p, replica, old, v, total, deadline)
+-- renewed: its lease already runs to deadline.
+local function pool_write(p, replica, old, v, total, deadline, renewed)
   for j = 1, p.n do total[j] = total[j] + v[j] - old[j] end
   if is_zero(v) then
     redis.call('HDEL', p.held, replica)
     redis.call('ZREM', p.leases, replica)
     redis.call('HSET', p.held, '', table.concat(total, ' '))
-  else
-    redis.call('HSET', p.held, replica, table.concat(v, ' '), '', table.concat(total, ' '))
-    redis.call('ZADD', p.leases, deadline, replica)
+    return
   end
+  redis.call('HSET', p.held, replica, table.concat(v, ' '), '', table.concat(total, ' '))
+  if not renewed then redis.call('ZADD', p.leases, deadline, replica) end
 end
 
 local function pool_reclaim(p, now)
@@ -126,14 +127,19 @@ local function pool_forget(p, now)
   forget_lapsed(p.lapsed, now, function(r) redis.call('HDEL', p.held, r) end)
 end
 
--- A sign of life: a replica holding something (counted or lapsed) counts.
+-- A sign of life: a replica holding something (counted or lapsed) counts,
+-- its lease renewed to deadline; whether it does.
 local function pool_renew(p, replica, deadline)
-  if redis.call('ZSCORE', p.leases, replica) then
-    redis.call('ZADD', p.leases, deadline, replica)
-  elseif redis.call('ZREM', p.lapsed, replica) == 1 then
+  if redis.call('ZADD', p.leases, 'XX', 'CH', deadline, replica) == 1
+    or redis.call('ZSCORE', p.leases, replica) then
+    return true
+  end
+  if redis.call('ZREM', p.lapsed, replica) == 1 then
     redis.call('ZADD', p.leases, deadline, replica)
     pool_shift(p, counts(redis.call('HGET', p.held, replica), p.n), 1)
+    return true
   end
+  return false
 end
 
 -- Sets what the replica holds (the truth) and renews its lease; the total.
@@ -146,17 +152,17 @@ local function pool_set(p, replica, v, deadline)
   local old, total = pool_read(p, replica)
   -- A lapsed part is not in the total.
   if not counted then old = counts(nil, p.n) end
-  pool_write(p, replica, old, v, total, deadline)
+  pool_write(p, replica, old, v, total, deadline, false)
   return total
 end
 
 -- Adds delta (negative: gives back) to what the replica holds, never below 0.
 local function pool_add(p, replica, delta, deadline)
-  pool_renew(p, replica, deadline)
+  local renewed = pool_renew(p, replica, deadline)
   local old, total = pool_read(p, replica)
   local v = {}
   for j = 1, p.n do v[j] = math.max(0, old[j] + delta[j]) end
-  pool_write(p, replica, old, v, total, deadline)
+  pool_write(p, replica, old, v, total, deadline, renewed)
 end
 
 -- The fleet -------------------------------------------------------------------

@@ -40,7 +40,7 @@ local f = fleet_at(1)
 fleet_renew(f, replica, deadline)
 fleet_reclaim(f, now)
 local p = pool_at(3 + 4 * CLASSES, 3)
-pool_renew(p, replica, deadline)
+local renewed = pool_renew(p, replica, deadline)
 pool_reclaim(p, now)
 local held, total = pool_read(p, replica)
 local blocks, sequences, requests = total[1], total[2], total[3]
@@ -116,8 +116,8 @@ local fits = requests == 0 or (
 if not fits then
   return {0, blocks, sequences, requests, '0', '0'}
 end
-pool_write(p, replica, held, {held[1] + want_blocks, held[2] + want_sequences, held[3] + 1},
-  total, deadline)
+local now_held = {held[1] + want_blocks, held[2] + want_sequences, held[3] + 1}
+pool_write(p, replica, held, now_held, total, deadline, renewed)
 local served = tostring(mine + tonumber(ARGV[8]))
 redis.call('HSET', c.fair, tenant, served, '', tostring(mine))
 redis.call('ZADD', c.queued, 'XX', served, tenant)
@@ -208,11 +208,11 @@ ACQUIRE_SLOT = (
 local now = now_ms()
 local deadline = now + tonumber(ARGV[3])
 local p = pool_at(1, 1)
-pool_renew(p, ARGV[1], deadline)
+local renewed = pool_renew(p, ARGV[1], deadline)
 pool_reclaim(p, now)
 local held, total = pool_read(p, ARGV[1])
 if total[1] >= tonumber(ARGV[2]) then return 0 end
-pool_write(p, ARGV[1], held, {held[1] + 1}, total, deadline)
+pool_write(p, ARGV[1], held, {held[1] + 1}, total, deadline, renewed)
 return 1
 """
 )
