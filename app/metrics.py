@@ -17,6 +17,7 @@ from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
+PROMPT_COUNT_SOURCES = ("tokenizer", "engine", "estimate")
 CANCEL_PHASES = ("receiving", "queued", "waiting_first_token", "streaming", "non_streaming")
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -244,6 +245,14 @@ class GatewayMetrics:
             registry=r,
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.prompts_counted = Counter(
+            "gateway_prompts_counted",
+            "Prompts whose tokens were counted, by how: the gateway's copy of the model's"
+            " tokenizer, the engine's /tokenize, or an estimate from their length (a source"
+            " that failed or is off).",
+            ["source"],
+            registry=r,
+        )
         self.receiving = Gauge(
             "gateway_requests_receiving",
             "Requests whose body is being read or checked, before admission.",
@@ -262,6 +271,8 @@ class GatewayMetrics:
             self.queue_depth.labels(priority)
         for kind in ("prompt", "completion"):
             self.tokens.labels(kind)
+        for source in PROMPT_COUNT_SOURCES:
+            self.prompts_counted.labels(source)
 
     def _per_engine(self, metric: _M) -> _M:
         self._engine_metrics.append(metric)

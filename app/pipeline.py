@@ -1,5 +1,5 @@
-"""One completion request, top to bottom: identify → receive and validate →
-charge → admit → call.
+"""One completion request, top to bottom: identify → receive, validate and
+count → charge → admit → call.
 
 The steps run inside the request's ``Flight`` (``app.flight``), which owns
 the request from its arrival to its end: whatever a step raises, and however
@@ -67,7 +67,7 @@ async def _receive(
     cache_scope: CacheScope | None,
 ) -> CompletionJob:
     """The request's body, read and checked (bounded: see ``Receiving``),
-    salted for ``cache_scope``."""
+    salted for ``cache_scope``, its prompts counted."""
     settings = services.settings
     with services.receiving.enter():
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
@@ -81,6 +81,7 @@ async def _receive(
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
         job = check_request(route, body, models, limits, version, cache_scope)
+        job = await services.counter.count(job, body, record.engine_request_id)
     record.stream, record.model = job.stream, job.model
     return job
 

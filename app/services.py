@@ -30,6 +30,7 @@ from app.state.fleet import FleetState
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
 from app.state.redis_limits import SharedLimits
+from app.tokens.counter import PromptCounter
 
 
 @dataclass
@@ -44,6 +45,9 @@ class Services:
     admission: Admission
     receiving: Receiving
     estimator: PromptTokenEstimator
+    # How prompts are counted (the engine's /tokenize, tokenizer files, or
+    # the estimator).
+    counter: PromptCounter
     # Both None when no keys file is configured.
     keys: KeysWatcher | None
     quota: KeyQuota | None
@@ -111,6 +115,7 @@ def build_services(settings: Settings, drain: Drain) -> Services:
             settings.max_receiving, metrics.receiving, settings.retry_after_unavailable
         ),
         estimator=estimator,
+        counter=PromptCounter(settings, engines, engine, metrics.prompts_counted),
         keys=keys,
         quota=quota,
         shared=shared,

@@ -120,6 +120,15 @@ class Settings(BaseSettings):
     overcommit_initial: float = Field(1.0, ge=0.5)
     overcommit_max: float = Field(4.0, ge=1.0)
 
+    # How prompts are counted for reservations and key limits
+    # (app/tokens): the engine's /tokenize, the model's tokenizer files in
+    # ``tokenizer_dir`` (the model's directory, or one directory per served
+    # model name), or the length estimate alone. A count that takes longer
+    # than ``prompt_count_timeout`` seconds falls back to the estimate.
+    prompt_tokens: Literal["engine", "tokenizer", "estimate"] = "engine"
+    tokenizer_dir: Path | None = None
+    prompt_count_timeout: float = Field(2.0, gt=0)
+
     # API keys (app/keys): the YAML keys file, unset = no auth (tenants from
     # X-Tenant-Id); how often it is checked for changes; the length of the
     # window the keys' per-minute limits count in, in seconds.
@@ -149,6 +158,12 @@ class Settings(BaseSettings):
     # (``off``: the client's own cache_salt goes as sent). Without keys,
     # tenants are only claimed, so there is nothing to keep apart.
     prefix_cache_isolation: Literal["tenant", "off"] = "tenant"
+
+    @model_validator(mode="after")
+    def _tokenizer_dir_given(self) -> "Settings":
+        if self.prompt_tokens == "tokenizer" and self.tokenizer_dir is None:
+            raise ValueError("GATEWAY_PROMPT_TOKENS=tokenizer needs GATEWAY_TOKENIZER_DIR")
+        return self
 
     @model_validator(mode="after")
     def _grace_fits_in_shutdown(self) -> "Settings":

@@ -298,7 +298,7 @@ def _prompts_of(parsed: _Common) -> tuple[Prompt, ...]:
     if all(isinstance(item, str) for item in prompt):
         return tuple(Prompt(text=str(item)) for item in prompt)
     if all(isinstance(item, int) for item in prompt):
-        return (Prompt(ids=tuple(int(i) for i in prompt)),)
+        return (Prompt(ids=tuple(i for i in prompt if isinstance(i, int))),)
     batch = tuple(Prompt(ids=tuple(item)) for item in prompt if isinstance(item, list))
     if any(not p.ids for p in batch):
         raise InvalidRequest("prompt: a prompt of the batch is empty", param="prompt")

@@ -150,6 +150,14 @@ class EnginePool:
         """The engines requests may go to now (``routable``)."""
         return [m for m in self.monitors.values() if self.routable(m)]
 
+    def engine_for(self, model: str) -> str | None:
+        """An engine requests may go to that serves ``model`` (the first:
+        for light calls, such as /tokenize, any will do), or None."""
+        for monitor in self.up_engines():
+            if model in monitor.model_names:
+                return monitor.url
+        return None
+
     def candidates(self) -> list[EngineLoad]:
         """Every engine as routing sees it (its filters drop those not routable)."""
         return [

@@ -24,6 +24,16 @@ def test_the_gateways_admit_as_many_sequences_as_the_engine_runs() -> None:
     assert env["GATEWAY_MAX_CONCURRENCY"] == "8"
 
 
+def test_the_gateways_count_prompts_with_the_engines_own_tokenizer_files() -> None:
+    env = gateway_environment({}, ENGINES)
+    assert env["GATEWAY_PROMPT_TOKENS"] == "tokenizer"
+    assert env["GATEWAY_TOKENIZER_DIR"] == str(stack.ROOT / ".models/tiny")
+    other = gateway_environment({"ENGINE_MODEL_DIR": "/models/m"}, ENGINES)
+    assert other["GATEWAY_TOKENIZER_DIR"] == "/models/m"
+    asked = gateway_environment({"GATEWAY_PROMPT_TOKENS": "engine"}, ENGINES)
+    assert asked["GATEWAY_PROMPT_TOKENS"] == "engine"
+
+
 def test_every_gateway_setting_of_the_caller_reaches_the_gateways() -> None:
     caller = {
         "GATEWAY_MAX_CONCURRENCY": "16",
