@@ -96,9 +96,9 @@ class AdmissionController:
             raise self._draining_error()
         policy, job, demand = self.policy, request.job, request.demand
         caches = [
-            (b.num_blocks, b.block_size)
+            (b.usable_blocks, b.block_size)
             for b in policy.engines.values()
-            if b.num_blocks and b.block_size and job.model in b.models
+            if b.usable_blocks and b.block_size and job.model in b.models
         ]
         refuse_if_it_can_never_fit(job, self.estimator, caches)
         now = time.monotonic()

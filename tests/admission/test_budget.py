@@ -11,7 +11,8 @@ def budget(blocks: int | None = 10, block_size: int = 100, **config: float) -> E
     view = FixedView("e", routable=True)
     b = EngineBudget("e", BudgetConfig(**config), view)  # type: ignore[arg-type]
     if blocks is not None:
-        b.set_capacity(blocks, block_size)
+        # ``blocks`` the requests can hold, and the engine's null block.
+        b.set_capacity(blocks + 1, block_size)
     return b
 
 

@@ -24,7 +24,8 @@ def policy(
     p = AdmissionPolicy(PolicyConfig(budget=budget, **rest))  # type: ignore[arg-type]
     for i in range(engines):
         e = p.add_engine(FixedView(f"e{i}", routable=True, models=frozenset({"m"})))
-        e.set_capacity(blocks, block_size)
+        # ``blocks`` the requests can hold, and the engine's null block.
+        e.set_capacity(blocks + 1, block_size)
     return p
 
 
@@ -190,20 +191,57 @@ def test_a_full_queue_refuses_by_count_and_by_bytes() -> None:
     add(q, waiter("b", size=600))
 
 
-def test_growth_stops_at_what_completed_requests_justify() -> None:
-    p = policy(blocks=10)
-    # Requests reserved 1000 tokens (100 prompt + 900 output) and wrote 800:
-    # on average each held 100 + 800 / 2 = 500, so overcommit up to 2x.
-    for _ in range(10):
-        add(p, waiter(tokens=1000))
-        ((_, reservation),) = admit_all(p)
-        p.release(reservation, used=(100, 800))
+def opened_up(p: AdmissionPolicy) -> float:
+    """The factor after a long spell of requests waiting with KV to spare."""
     add(p, waiter(tokens=1000))
     admit(p)
     add(p, waiter(tokens=1000))
     for _ in range(100):
         p.observe_engine("e0", preemptions_total=0, kv_usage=0.3)
-    assert p.engines["e0"].factor == pytest.approx(2.0)
+    return p.engines["e0"].factor
+
+
+def test_growth_stops_at_what_completed_requests_justify() -> None:
+    p = policy(blocks=10)
+    # Requests reserved 1000 tokens (100 prompt + 900 output) and wrote 400:
+    # each peaked at 100 + 400 = 500, so overcommit up to 2x.
+    for _ in range(10):
+        add(p, waiter(tokens=1000))
+        ((_, reservation),) = admit_all(p)
+        p.release(reservation, used=(100, 400))
+    assert opened_up(p) == pytest.approx(2.0)
+
+
+def test_answers_that_use_all_their_max_tokens_justify_no_overcommit() -> None:
+    """A burst of such answers reaches its peaks together: a budget above the
+    engine's capacity would be preempted, however staggered they once were."""
+    p = policy(blocks=10)
+    for _ in range(10):
+        add(p, waiter(tokens=1000))
+        ((_, reservation),) = admit_all(p)
+        p.release(reservation, used=(100, 900))
+    assert opened_up(p) == pytest.approx(1.0)
+
+
+def test_before_any_request_completed_the_budget_stays_at_the_worst_case() -> None:
+    """A fresh gateway's first burst: nothing justifies overcommitting yet."""
+    assert opened_up(policy(blocks=10)) == pytest.approx(1.0)
+    assert opened_up(policy(blocks=10, initial_factor=1.5)) == pytest.approx(1.5)
+
+
+def test_the_factor_falls_to_the_ceiling_when_completions_justify_less() -> None:
+    p = policy(blocks=10)
+    for _ in range(10):
+        add(p, waiter(tokens=1000))
+        ((_, reservation),) = admit_all(p)
+        p.release(reservation, used=(100, 150))
+    assert opened_up(p) == pytest.approx(4.0)
+    for _ in range(200):
+        add(p, waiter(tokens=1000))
+        for _, reservation in admit_all(p):
+            p.release(reservation, used=(100, 900))
+    p.observe_engine("e0", preemptions_total=0, kv_usage=0.3)
+    assert p.engines["e0"].factor == pytest.approx(1.0, abs=0.05)
 
 
 def backlog_draining_at_100_tokens_a_second(p: AdmissionPolicy) -> None:
@@ -271,7 +309,8 @@ def test_a_request_that_would_outwait_its_deadline_is_refused_at_once() -> None:
 
 
 def test_before_a_rate_is_measured_the_fleet_is_assumed_to_turn_over_in_two_seconds() -> None:
-    p = policy(blocks=10, block_size=100)  # 1,000 tokens: 500 tokens/s assumed
+    # A cache of 10 blocks of 100 (9 for requests): 1,000 tokens, 500 a second assumed.
+    p = policy(blocks=9, block_size=100)
     for _ in range(5):
         add(p, waiter(tokens=100))
     hints = [p.retry_after(now=0.0, tokens=100) for _ in range(3)]
