@@ -45,6 +45,8 @@ from tests.support.locks import lock_pins
 
 GATEWAY_DOCKERFILE = ROOT / "Dockerfile"
 ENGINE_DOCKERFILE = ROOT / "deploy" / "engine" / "Dockerfile.cpu"
+TRACES_DOCKERFILE = ROOT / "deploy" / "traces" / "Dockerfile"
+DOCKERFILES = [GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE, TRACES_DOCKERFILE]
 PROMETHEUS_COMPOSE = ROOT / "deploy" / "prometheus" / "prometheus.compose.yml"
 PROMETHEUS_LOCAL = ROOT / "deploy" / "prometheus" / "prometheus.local.yml"
 GRAFANA_PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
@@ -181,7 +183,7 @@ def test_the_image_variables_replace_those_images_and_nothing_else(
     assert replaced == expected
 
 
-@pytest.mark.parametrize("path", [GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_dockerfiles_start_from_the_python_image_compose_passes(
     compose: Compose, path: Path
 ) -> None:
@@ -220,7 +222,7 @@ def test_every_service_has_a_healthcheck(services: dict[str, Service]) -> None:
         # run (Grafana, locust, the GPU engine) must not rely on it.
         if check["test"][0] == "CMD":
             assert not any(" " in part for part in check["test"][1:]), name
-    paths = {ENGINE: ":8000/health", "grafana": "/api/health", REDIS: "ping"}
+    paths = {ENGINE: ":8000/health", "grafana": "/api/health", REDIS: "ping", "traces": "/healthz"}
     paths |= {gateway: ":8000/health/live" for gateway in gateway_services({"services": services})}
     for name, path in paths.items():
         assert any(path in part for part in services[name]["healthcheck"]["test"]), name
@@ -228,18 +230,19 @@ def test_every_service_has_a_healthcheck(services: dict[str, Service]) -> None:
 
 def test_the_same_services_start_in_both_variants(services: dict[str, Service]) -> None:
     always = {name for name, service in services.items() if not service.get("profiles")}
-    assert always == {ENGINE, "gateway", "gateway-2", REDIS, "prometheus", "grafana"}
+    assert always == {ENGINE, "gateway", "gateway-2", REDIS, "prometheus", "grafana", "traces"}
     assert services["locust"]["profiles"] == ["load"]
 
 
 def gateway_settings(service: Service, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """A gateway service's environment, read as the gateway reads it."""
+    """A gateway service's environment, read as the gateway reads it: its
+    settings, and OpenTelemetry's variables, which the SDK reads."""
     with monkeypatch.context() as patch:
         for key in list(os.environ):
             if key.startswith("GATEWAY_"):
                 patch.delenv(key)
         for key, value in service["environment"].items():
-            assert key.startswith("GATEWAY_"), key
+            assert key.startswith(("GATEWAY_", "OTEL_")), key
             patch.setenv(key, str(value))
         return Settings()
 
@@ -559,7 +562,7 @@ def test_grafana_provisions_prometheus_and_the_dashboards(services: dict[str, Se
 # --- Dockerfiles -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_hadolint_passes(path: Path) -> None:
     result = subprocess.run(
         [required_tool("hadolint"), "--no-color", str(path)],
