@@ -15,7 +15,7 @@ import psutil
 
 from deploy.local import ManagedProcess, free_port, metric
 from deploy.stack import TRACE_BACKEND
-from tests.support.trace_backend import TraceBackend
+from tests.support.trace_backend import TraceStore
 
 
 def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
@@ -75,7 +75,7 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         assert len(events) >= 20
         assert curl.stdout.endswith(b"data: [DONE]\n\n")
         # The stack's gateways and engine trace into its trace backend.
-        traces = TraceBackend(f"http://127.0.0.1:{ports['TRACES_PORT']}", 0, stack)
+        traces = TraceStore(f"http://127.0.0.1:{ports['TRACES_PORT']}")
         spans = traces.wait_for_trace(trace_id, {"POST /v1/chat/completions", "llm_request"})
         assert len(spans) >= 4, [span["name"] for span in spans]
 

@@ -7,7 +7,6 @@ each gateway here exports to it over OTLP/HTTP. Spans arrive with their
 exporters' batches, so every test waits for the spans it names.
 """
 
-import secrets
 from typing import Any
 
 import httpx
@@ -17,17 +16,17 @@ from openai import AsyncOpenAI
 from tests.support.engines import MODEL, Engine
 from tests.support.gateways import Gateway, StartGateway, access_log
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
-from tests.support.trace_backend import Span, TraceBackend, tree
+from tests.support.trace_backend import (
+    Span,
+    TraceBackend,
+    client_traceparent,
+    one,
+    span_id,
+    tree,
+)
 
 SERVER = "POST /v1/chat/completions"
 COMPLETIONS = "POST /v1/completions"
-
-
-def client_traceparent() -> tuple[str, str, str]:
-    """A sampled W3C ``traceparent`` as a client would send it: the header,
-    its trace id and its span id."""
-    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
-    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
 
 
 def attribute(span: Span, key: str) -> Any:
@@ -42,16 +41,6 @@ def attribute(span: Span, key: str) -> Any:
             return None
         value = value[part]
     return value
-
-
-def one(spans: list[Span], name: str) -> Span:
-    named = [span for span in spans if span["name"] == name]
-    assert len(named) == 1, f"one {name!r} span expected:\n{tree(spans)}"
-    return named[0]
-
-
-def span_id(span: Span) -> str:
-    return str(span["context"]["span_id"])
 
 
 @pytest.fixture

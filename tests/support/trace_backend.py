@@ -5,9 +5,11 @@ read back as spans.
 One backend per test session (tests/conftest.py): the session's engine
 exports its ``llm_request`` spans to it over OTLP/gRPC, a traced gateway its
 own over OTLP/HTTP. Spans arrive when their exporters' batches go out, so a
-test waits for the spans it expects (``wait_for_trace``).
+test waits for the spans it expects (``wait_for_trace``). The stacks' own
+backends (``make up``'s, compose's) are read the same way (``TraceStore``).
 """
 
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,27 +29,10 @@ Span = dict[str, Any]
 
 
 @dataclass
-class TraceBackend:
+class TraceStore:
+    """A running backend's REST API at ``url``, whoever started it."""
+
     url: str
-    grpc_port: int
-    process: ManagedProcess
-
-    @property
-    def otlp_http_traces(self) -> str:
-        """Where OTLP/HTTP exporters send spans (the full traces path)."""
-        return f"{self.url}/v1/traces"
-
-    @property
-    def otlp_grpc(self) -> str:
-        return f"http://127.0.0.1:{self.grpc_port}"
-
-    def gateway_environ(self) -> dict[str, str]:
-        """What a gateway exports its traces here with (the standard
-        variables): OTLP/HTTP, batches sent every 200 ms."""
-        return {
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.otlp_http_traces,
-            "OTEL_BSP_SCHEDULE_DELAY": "200",
-        }
 
     def spans(self, trace_id: str) -> list[Span]:
         """Every span the backend holds of one trace (hex trace id)."""
@@ -79,6 +64,49 @@ class TraceBackend:
             f"trace {trace_id}: {sorted(names)} expected, got {sorted(s['name'] for s in held)}"
         )
         return held
+
+
+@dataclass
+class TraceBackend(TraceStore):
+    """The session's backend: its gRPC port and its process."""
+
+    grpc_port: int
+    process: ManagedProcess
+
+    @property
+    def otlp_http_traces(self) -> str:
+        """Where OTLP/HTTP exporters send spans (the full traces path)."""
+        return f"{self.url}/v1/traces"
+
+    @property
+    def otlp_grpc(self) -> str:
+        return f"http://127.0.0.1:{self.grpc_port}"
+
+    def gateway_environ(self) -> dict[str, str]:
+        """What a gateway exports its traces here with (the standard
+        variables): OTLP/HTTP, batches sent every 200 ms."""
+        return {
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": self.otlp_http_traces,
+            "OTEL_BSP_SCHEDULE_DELAY": "200",
+        }
+
+
+def client_traceparent() -> tuple[str, str, str]:
+    """A sampled W3C ``traceparent`` as a client would send it: the header,
+    its trace id and its span id."""
+    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
+    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
+
+
+def one(spans: list[Span], name: str) -> Span:
+    """The one span of that name in a trace."""
+    named = [span for span in spans if span["name"] == name]
+    assert len(named) == 1, f"one {name!r} span expected:\n{tree(spans)}"
+    return named[0]
+
+
+def span_id(span: Span) -> str:
+    return str(span["context"]["span_id"])
 
 
 @contextmanager
