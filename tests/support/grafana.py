@@ -23,8 +23,11 @@ def provisioned(value: str, environ: Mapping[str, str]) -> str:
     joined with ``$``)."""
 
     def expand(part: str) -> str:
+        # As Go's os.ExpandEnv: ${anything up to the brace}, or $ and a name.
         return re.sub(
-            r"\$\{(\w+)\}|\$(\w+)", lambda m: environ.get(m.group(1) or m.group(2), ""), part
+            r"\$\{([^}]*)\}|\$(\w+)",
+            lambda m: environ.get(m.group(1) if m.group(1) is not None else m.group(2), ""),
+            part,
         )
 
     return "$".join(expand(part) for part in value.split("$$"))
