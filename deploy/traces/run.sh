@@ -14,6 +14,9 @@ set -eu
 : "${TRACES_DIR:=.cache/traces}"
 mkdir -p "$TRACES_DIR"
 
+# Nothing from the internet on its own initiative (telemetry, web fonts, a
+# sandbox binary it would fetch at start): a trace store needs none of it.
 PHOENIX_HOST="$TRACES_HOST" PHOENIX_PORT="$TRACES_PORT" PHOENIX_GRPC_PORT="$TRACES_GRPC_PORT" \
 PHOENIX_WORKING_DIR="$TRACES_DIR" PHOENIX_TELEMETRY_ENABLED=false \
+PHOENIX_ALLOW_EXTERNAL_RESOURCES=false \
   exec "$TRACES_BIN" serve
