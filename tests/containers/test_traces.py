@@ -4,6 +4,7 @@ API, from the gateway's server span down to vLLM's ``llm_request``; and the
 exemplar Prometheus keeps of it opens that trace through Grafana's link."""
 
 import json
+import re
 import time
 from typing import Any
 
@@ -23,8 +24,9 @@ SERVER = "POST /v1/chat/completions"
 # Both exporters send a batch every 5 s (OTEL_BSP_SCHEDULE_DELAY's default),
 # Prometheus scrapes every 2 s: a minute is many times either.
 ARRIVES_WITHIN = 60.0
-# The UI's GraphQL query behind its address for a trace id (its
-# traceRedirectLoaderQuery): the trace's project, whose trace page it opens.
+# What the UI's page at its address for a trace id asks the backend (its
+# route's loader, traceRedirectLoaderQuery): the trace's project, whose trace
+# page it then opens.
 TRACE_PROJECT = """
 query ($traceOtelId: String!) {
   trace: getTraceByOtelId(traceId: $traceOtelId) { project { id } }
@@ -74,6 +76,27 @@ def test_a_request_through_a_gateway_is_one_trace_into_the_engine(
     assert call["parent_id"] == span_id(server), picture
     assert one(spans, "llm_request")["parent_id"] == span_id(call), picture
     print(f"\ntrace {trace_id}\n{picture}")
+
+
+def ui_routes(ui: str) -> set[str]:
+    """The absolute routes of the backend's UI (a single-page app: the
+    server answers every path with the same page, and its script routes),
+    read from the scripts the page loads."""
+    page = httpx.get(f"{ui}/", timeout=10).text
+    routes: set[str] = set()
+    for source in re.findall(r'<script[^>]*\bsrc="(/[^"]+\.js)"', page):
+        script = httpx.get(f"{ui}{source}", timeout=30).text
+        routes |= set(re.findall(r"path:`(/[^`$]*)`", script))
+    return routes
+
+
+def route_of(path: str, routes: set[str]) -> str | None:
+    """The route (``/a/:param``) that a path takes, if any."""
+    for route in routes:
+        pattern = re.sub(r":\w+", "[^/]+", re.escape(route).replace("\\:", ":"))
+        if re.fullmatch(pattern, path):
+            return route
+    return None
 
 
 def exemplar_queries() -> list[str]:
@@ -129,18 +152,18 @@ def test_an_exemplar_of_the_request_opens_its_trace(
     ui = backend_url(stack)
     environ = {**stack.services["grafana"]["environment"], "TRACES_UI_URL": ui}
     link = exemplar_link("trace_id", trace_id, {k: str(v) for k, v in environ.items()})
-    assert link == f"{ui}/redirects/traces/{trace_id}"
-    page = httpx.get(link, timeout=10)
-    assert page.status_code == 200
-    assert page.headers["content-type"].startswith("text/html")
-    # What the page does in the browser: find the trace's project, open the
-    # trace there.
+    assert link.startswith(f"{ui}/")
+    path = link.removeprefix(ui)
+    # An address the running UI routes: the one for a trace by its id.
+    routes = ui_routes(ui)
+    assert route_of(path, routes) == "/redirects/traces/:trace_otel_id", sorted(routes)
+    assert path.rsplit("/", 1)[-1] == trace_id
+    # What that page does in the browser: finds the trace's project (and
+    # opens the trace there).
     answer = httpx.post(
         f"{ui}/graphql",
         json={"query": TRACE_PROJECT, "variables": {"traceOtelId": trace_id}},
         timeout=10,
     ).json()
     assert not answer.get("errors"), answer
-    project = answer["data"]["trace"]["project"]["id"]
-    trace_page = httpx.get(f"{ui}/projects/{project}/traces/{trace_id}", timeout=10)
-    assert trace_page.status_code == 200
+    assert answer["data"]["trace"]["project"]["id"]
