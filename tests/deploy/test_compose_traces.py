@@ -218,6 +218,9 @@ def test_env_points_the_gateways_and_the_engines_at_another_collector(
         }, name
     argv = engine_argv(services[ENGINE], variant, tmp_path)
     assert flag_value(argv, ENGINE_FLAG) == given["ENGINE_OTLP_TRACES_ENDPOINT"]
+    # The engines sample as the gateways do.
+    for name in ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG"):
+        assert services[ENGINE]["environment"][name] == given[name], name
 
 
 def test_one_variable_turns_every_trace_off(compose: Compose, variant: str) -> None:
@@ -228,27 +231,32 @@ def test_one_variable_turns_every_trace_off(compose: Compose, variant: str) -> N
         env = {key: str(value) for key, value in services[name]["environment"].items()}
         assert not tracing_wanted(env), name
     # vLLM's tracer provider is the SDK's, which reads the same switch
-    # (test_vllm_traces_nothing_when_the_sdk_is_disabled).
+    # (test_vllm_reads_the_switch_and_the_sampler_compose_passes_it).
     assert services[ENGINE]["environment"]["OTEL_SDK_DISABLED"] == "true"
 
 
-# The tracer vLLM's --otlp-traces-endpoint starts, under each value of the
-# switch (the provider reads it when made); one interpreter, vLLM imported once.
+# The tracer vLLM's --otlp-traces-endpoint starts under each value of the
+# switch (the provider reads the variables when made), and its sampler; one
+# interpreter, vLLM imported once.
 VLLM_TRACERS = """
 import os, sys
 from vllm.tracing import init_tracer
 for disabled in sys.argv[1:]:
     os.environ["OTEL_SDK_DISABLED"] = disabled
-    print(disabled, type(init_tracer("vllm.llm_engine", "http://127.0.0.1:9")).__name__)
+    tracer = init_tracer("vllm.llm_engine", "http://127.0.0.1:9")
+    sampler = getattr(tracer, "sampler", None)
+    print(disabled, type(tracer).__name__, sampler.get_description() if sampler else "-")
 """
 
 
-def test_vllm_traces_nothing_when_the_sdk_is_disabled() -> None:
-    """What --otlp-traces-endpoint starts in vLLM, with the switch compose
-    passes the engines: the SDK's no-op tracer when it says true."""
+def test_vllm_reads_the_switch_and_the_sampler_compose_passes_it() -> None:
+    """What --otlp-traces-endpoint starts in vLLM, with the variables compose
+    passes the engines: the SDK's no-op tracer when the switch says true,
+    else a tracer with the sampler asked for."""
     python = ROOT / ".venv-engine" / "bin" / "python"
     assert python.exists(), "the engine's environment: make setup"
     env = {key: value for key, value in os.environ.items() if not key.startswith("OTEL_")}
+    env |= {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}
     result = subprocess.run(
         [str(python), "-c", VLLM_TRACERS, "true", "false"],
         env=env,
@@ -258,8 +266,11 @@ def test_vllm_traces_nothing_when_the_sdk_is_disabled() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    tracers = dict(line.split() for line in result.stdout.splitlines())
-    assert tracers == {"true": "NoOpTracer", "false": "Tracer"}
+    tracers = {line.split()[0]: line.split()[1:] for line in result.stdout.splitlines()}
+    assert tracers["true"] == ["NoOpTracer", "-"]
+    kind, sampler = tracers["false"]
+    assert kind == "Tracer"
+    assert sampler.startswith("ParentBased{root:TraceIdRatioBased{0.1}"), sampler
 
 
 def test_the_generated_environment_names_every_trace_variable_the_docs_list() -> None:
