@@ -59,7 +59,7 @@ TRACE_VARIABLES = {
     ),
     "OTEL_TRACES_SAMPLER": (
         "parentbased_always_on",
-        "Every request, unless its client's traceparent says not sampled.",
+        "The engines' too. Every request, unless its client's traceparent says not sampled.",
     ),
     "OTEL_TRACES_SAMPLER_ARG": (
         "",
