@@ -116,6 +116,17 @@ def start_tracing(environ: Mapping[str, str] = os.environ) -> "TracerProvider | 
     return provider
 
 
+def _propagates_unsampled(span: Span) -> bool:
+    """Whether a request this gateway does not sample still sends its
+    (unsampled) context to the engine: with the SDK installed, yes; with
+    tracing off, the API's no-op tracer hands back a client's own context,
+    which is not the gateway's to pass on."""
+    provider = trace.get_tracer_provider()
+    return span.get_span_context().is_valid and type(provider).__module__.startswith(
+        "opentelemetry.sdk"
+    )
+
+
 def route_reason(choice: Choice | None, *, retry: bool) -> str:
     """Why the request went to its engine."""
     if retry:
@@ -194,7 +205,16 @@ class RequestTrace:
         """The engine call's span, current while the block runs: the engine
         client puts its context in the request's ``traceparent``."""
         if not self._on:
-            yield trace.INVALID_SPAN
+            if not _propagates_unsampled(self._span):
+                yield trace.INVALID_SPAN
+                return
+            # Not sampled here: the engine is told so (flags 00), or it
+            # would start a trace of its own for the request.
+            token = context.attach(trace.set_span_in_context(self._span))
+            try:
+                yield trace.INVALID_SPAN
+            finally:
+                context.detach(token)
             return
         span = _tracer.start_span(
             "engine call",
