@@ -164,3 +164,9 @@ async def test_a_request_refused_in_the_queue_has_spans_that_say_so(
     assert attribute(server, "gateway.outcome") == "rejected"
     assert attribute(server, "http.response.status_code") == 429
     assert [span["name"] for span in spans if span["name"] == "engine call"] == []
+
+
+def test_the_backend_forgets_traces_after_a_week_by_default(trace_backend: TraceBackend) -> None:
+    """A trace store that never forgets fills its disk (deploy/traces/run.sh,
+    ``TRACES_RETENTION_DAYS``)."""
+    assert trace_backend.retention_days() == 7

@@ -52,6 +52,17 @@ class TraceStore:
             if not cursor:
                 return found
 
+    def retention_days(self) -> float | None:
+        """After how many days the backend deletes a trace (its default
+        project's retention policy; None: another kind of rule)."""
+        query = "{ defaultProjectTraceRetentionPolicy { rule {"
+        query += " ... on TraceRetentionRuleMaxDays { maxDays } } } }"
+        answer = httpx.post(f"{self.url}/graphql", json={"query": query}, timeout=10)
+        answer.raise_for_status()
+        rule = answer.json()["data"]["defaultProjectTraceRetentionPolicy"]["rule"]
+        days = rule.get("maxDays")
+        return None if days is None else float(days)
+
     def wait_for_trace(self, trace_id: str, names: set[str], timeout: float = 60) -> list[Span]:
         """The trace's spans once one of each name in ``names`` has arrived."""
         held: list[Span] = []
