@@ -93,7 +93,10 @@ def test_message_items_become_messages_an_assistants_first_part_only() -> None:
         {"role": "developer", "content": "Go on"},
     ]
     assert chat_messages(None, items) == [
-        {"role": "user", "content": parts},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}],
+        },
         {"role": "assistant", "content": "Hi"},
         {"role": "developer", "content": "Go on"},
     ]

@@ -4,7 +4,8 @@ Its prompt is its ``instructions`` and ``input``: a string, or a list of
 items. vLLM renders them with the model's chat template, after turning them
 into chat messages (``construct_input_messages``): the instructions become a
 system message, a string input a user message, each message item a message
-(an assistant item keeps the text of its first content part). The same
+(an assistant item keeps the text of its first content part; text parts of
+any kind are text parts to its chat parser). The same
 messages, given to the engine's chat ``/tokenize``, count the prompt exactly
 (``tokenize_body``). What is not plain messages — tools, function calls and
 their outputs, reasoning items, images — is rendered by vLLM in ways not
@@ -88,7 +89,7 @@ def chat_messages(
         if not _plain_content(content):
             return None
         if role != "assistant":
-            messages.append({"role": role, "content": content})
+            messages.append({"role": role, "content": _chat_content(content)})
             continue
         # vLLM keeps an assistant item's first part only.
         text = content if isinstance(content, str) else content[0]["text"] if content else None
@@ -96,6 +97,15 @@ def chat_messages(
             return None
         messages.append({"role": "assistant", "content": text})
     return messages
+
+
+def _chat_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A message's content as a chat request writes it: the Responses API's
+    ``input_text`` parts are chat ``text`` parts to vLLM's chat parser (and
+    only those pass the chat ``/tokenize``'s validation)."""
+    if isinstance(content, str):
+        return content
+    return [{"type": "text", "text": part["text"]} for part in content]
 
 
 def _plain_content(content: Any) -> bool:
