@@ -1,11 +1,14 @@
-"""One completion request in flight, owned by one object from arrival to end.
+"""One API request in flight, owned by one object from arrival to end.
 
 ``serve_completion`` (``app.pipeline``) reads a request top to bottom inside
 ``async with Flight(...)``: identify, receive and validate, charge, then
-``Flight.run`` admits it and answers it from an engine. Everything the
-request comes to hold is the flight's: the admission hold, the engine's
-response, the one retry rule, the watchers of the client and of the drain,
-its spans (``app.tracing``). Whatever ends the request — its answer, an
+``Flight.run`` admits it and answers it from an engine, whatever its route
+(chat, completions, the Responses API, embeddings: each stream with its own
+relay, ``app.relay.pick``). Everything the request comes to hold is the
+flight's: the admission hold, the engine's response, the one retry rule, the
+watchers of the client and of the drain, its spans (``app.tracing``), and a
+stream's head, which goes out before admission for a stream that asked for
+its queue status (``app.queue_status``). Whatever ends the request — its answer, an
 error of any stage, the client leaving, the drain's deadline, a client that
 stopped reading, a bug — ends it in ``__aexit__``: the one place where the
 outcome is recorded and an error answered (``app.responses`` before the
@@ -20,7 +23,8 @@ counts, only the headers went out and a retry does not repeat them — with
 an error another engine may not have (``GatewayError.retryable``) gives the
 request back; it is admitted once more, elsewhere, and an engine the error
 says is gone (``GatewayError.ejects``) is ejected first. After a byte, a
-retry would show tokens twice, so the request ends as it is.
+retry would show tokens twice, so the request ends as it is. A request
+pinned to one engine (a continued response) has nowhere else to go.
 
 The watchers run from admission to the end, in one task group whose main
 body is the request's own work: cancelling it closes the engine connection
@@ -28,7 +32,6 @@ in the task that opened it, and the ``finally`` closes it whatever ended
 the request.
 """
 
-import json
 import logging
 import time
 from types import TracebackType
@@ -52,11 +55,12 @@ from app.errors import (
     sse_error_event,
 )
 from app.logs import left_unfinished
-from app.queue_status import asked, report
+from app.queue_status import asked, reporting
 from app.record import RequestRecord
 from app.relay.pick import relay_for
 from app.relay.sse import StreamSender
 from app.relay.stream import StreamRelay
+from app.relay.whole import read_usage
 from app.request_id import HEADER
 from app.responses import error_response
 from app.routing.base import RouteRequest
@@ -170,23 +174,16 @@ class Flight:
         if not (self._admission.job.stream and asked(self._request.headers)):
             await self._admit()
             return
-        place_of = self._services.admission.place
-        request_id = self.record.engine_request_id
-        interval = self._services.settings.queue_status_interval
-        reporting = anyio.CancelScope()
-
-        async def tell() -> None:
-            with reporting:
-                await report(
-                    lambda: place_of(request_id), self._open_stream, interval, self._end_because
-                )
-
+        request_id, services = self.record.engine_request_id, self._services
         assert self._group is not None
-        self._group.start_soon(tell)
-        try:
+        async with reporting(
+            self._group,
+            lambda: services.admission.place(request_id),
+            self._open_stream,
+            services.settings.queue_status_interval,
+            self._end_because,
+        ):
             await self._admit()
-        finally:
-            reporting.cancel()
 
     async def _admit(self) -> None:
         assert self._admission is not None
@@ -260,7 +257,7 @@ class Flight:
     async def _relay_whole(self, upstream: EngineResponse) -> None:
         """A non-streaming answer: nothing reaches the client until it is whole."""
         content = await upstream.read()
-        _read_usage(content, self.record, self._admission.job.route if self._admission else "")
+        read_usage(content, self.record, self._admission.job.route if self._admission else "")
         self.record.finish("completed", status=upstream.status)
         response = Response(
             content,
@@ -358,18 +355,3 @@ class Flight:
     def _count_partial_output(self) -> None:
         if self._relay is not None:
             self._relay.count_partial_output()
-
-
-def _read_usage(content: bytes, record: RequestRecord, route: str) -> None:
-    """The usage of a whole answer: OpenAI's names, or the Responses API's."""
-    try:
-        usage = json.loads(content).get("usage")
-    except (ValueError, AttributeError):
-        return
-    if not isinstance(usage, dict):
-        return
-    prompt, completion = "prompt_tokens", "completion_tokens"
-    if route == "responses":
-        prompt, completion = "input_tokens", "output_tokens"
-    record.prompt_tokens = usage.get(prompt)
-    record.completion_tokens = usage.get(completion)

@@ -18,9 +18,11 @@ it is queued, is answered as without the header; without the header
 nothing changes.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import anyio
+from anyio.abc import TaskGroup
 from starlette.datastructures import Headers
 
 from app.admission.forecast import QueuePlace
@@ -55,3 +57,25 @@ async def report(
             drop(SlowReader("the client took no data while queued"))
             return
         await anyio.sleep(interval)
+
+
+@asynccontextmanager
+async def reporting(
+    group: TaskGroup,
+    place_of: Callable[[], QueuePlace | None],
+    open_stream: Callable[[], Awaitable[StreamSender]],
+    interval: float,
+    drop: Callable[[SlowReader], None],
+) -> AsyncIterator[None]:
+    """``report`` in ``group`` while the block runs (the request's admission)."""
+    told = anyio.CancelScope()
+
+    async def tell() -> None:
+        with told:
+            await report(place_of, open_stream, interval, drop)
+
+    group.start_soon(tell)
+    try:
+        yield
+    finally:
+        told.cancel()

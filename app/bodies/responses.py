@@ -17,7 +17,7 @@ follow it, so the gateway refuses it. ``previous_response_id`` continues a
 response one engine holds (``app.response_ids``).
 """
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
@@ -108,7 +108,7 @@ def _chat_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, A
     return [{"type": "text", "text": part["text"]} for part in content]
 
 
-def _plain_content(content: Any) -> bool:
+def _plain_content(content: Any) -> TypeGuard[str | list[dict[str, Any]]]:
     if isinstance(content, str):
         return True
     return isinstance(content, list) and all(
