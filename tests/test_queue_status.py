@@ -3,6 +3,7 @@ head at once, comments with the place and the wait while queued, then the
 stream — or, refused after the head went out, the SSE error event with the
 wait. Against the real engine and the OpenAI SDK: tests/e2e/test_queue_status.py."""
 
+import asyncio
 import json
 from typing import Any
 
@@ -33,7 +34,8 @@ async def test_a_queued_stream_is_told_its_place_then_streams() -> None:
     async with in_process_gateway(max_concurrency=1, queue_status_interval=0.05) as gateway:
         holder, held = await holding(gateway)
         queued = gateway.request(COMPLETIONS, STREAM, headers=ASK)
-        await queued.wait_for(lambda e: len(comments(e)) >= 2)
+        async with asyncio.timeout(10):
+            await queued.wait_for(lambda e: len(comments(e)) >= 2)
         assert queued.status == 200
         assert comments(queued)[0].startswith(b": queued position=1")
         assert gateway.engine.calls.empty()
@@ -98,7 +100,8 @@ async def test_a_client_that_leaves_while_told_its_place_is_cancelled_while_queu
     async with in_process_gateway(max_concurrency=1, queue_status_interval=0.05) as gateway:
         holder, held = await holding(gateway)
         queued = gateway.request(COMPLETIONS, STREAM, headers=ASK)
-        await queued.wait_for(lambda e: len(comments(e)) >= 1)
+        async with asyncio.timeout(10):
+            await queued.wait_for(lambda e: len(comments(e)) >= 1)
         queued.disconnect()
         await queued.done()
         assert gateway.metric("gateway_cancellations_total", phase="queued") == 1

@@ -4,6 +4,7 @@ which engine a continued or stored response goes to, and the exact charge
 of a stream cut short. What real engines do with them is
 tests/e2e/test_responses.py's and tests/e2e/test_embeddings.py's."""
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -96,6 +97,8 @@ async def test_a_response_stream_without_response_completed_is_a_failure() -> No
 
 
 async def test_a_continued_response_goes_to_the_engine_that_holds_it() -> None:
+    """Even while that engine is the busier one: the continuations are held
+    open there, and the other engine stays idle."""
     fleet = [ScriptedEngine(), ScriptedEngine()]
     async with in_process_gateway(fleet=fleet) as gateway:
         exchange = gateway.request(RESPONSES, REQUEST)
@@ -103,12 +106,18 @@ async def test_a_continued_response_goes_to_the_engine_that_holds_it() -> None:
         first = call.body["request_id"]
         answered(call)
         await exchange.done()
+        held = []
         for _ in range(3):
-            exchange = gateway.request(RESPONSES, {**REQUEST, "previous_response_id": first})
+            body = {**REQUEST, "previous_response_id": first, "stream": True}
+            exchange = gateway.request(RESPONSES, body)
             engine, call = await next_call(*fleet)
             assert engine is holder
             assert call.body["previous_response_id"] == first
-            answered(call)
+            call.stream()
+            held.append((exchange, call))
+        for exchange, call in held:
+            call.send(completed(call.body["request_id"]))
+            call.end()
             assert (await exchange.done()).status == 200
 
 
@@ -116,11 +125,15 @@ async def test_another_tenants_response_is_not_found() -> None:
     async with in_process_gateway() as gateway:
         first = (await served(gateway, REQUEST, **{"x-tenant-id": "acme"})).json()["id"]
         body = {**REQUEST, "previous_response_id": first}
-        refused = await gateway.request(RESPONSES, body, headers={"x-tenant-id": "globex"}).done()
+        async with asyncio.timeout(10):  # not left waiting for an engine
+            refused = await gateway.request(
+                RESPONSES, body, headers={"x-tenant-id": "globex"}
+            ).done()
         assert refused.status == 404
         assert refused.json()["error"]["code"] == "response_not_found"
         retrieved = gateway.request(f"{RESPONSES}/{first}", method="GET")
-        assert (await retrieved.done()).status == 404  # anonymous is not acme either
+        async with asyncio.timeout(10):
+            assert (await retrieved.done()).status == 404  # anonymous is not acme either
         assert gateway.engine.calls.empty()
 
 
