@@ -178,6 +178,23 @@ async def test_a_response_no_engine_holds_is_a_404_before_admission() -> None:
         assert gateway.engine.calls.empty()
 
 
+async def test_only_a_completed_response_is_remembered() -> None:
+    """vLLM stores a response when it completes: one whose client left is
+    not the engine's to hold, and the gateway does not claim it is."""
+    async with in_process_gateway() as gateway:
+        exchange = gateway.request(RESPONSES, {**REQUEST, "stream": True})
+        call = await gateway.engine.calls.get()
+        call.stream()
+        rid = call.body["request_id"]
+        call.send(delta("Hel"))
+        await exchange.wait_for(lambda e: b".delta" in e.body)
+        exchange.disconnect()
+        await exchange.done()
+        assert gateway.services.responses.recall(rid) is None
+        done = await served(gateway, REQUEST)
+        assert gateway.services.responses.recall(done.json()["id"]) is not None
+
+
 async def test_a_stored_response_is_read_and_cancelled_on_its_engine() -> None:
     fleet = [ScriptedEngine(), ScriptedEngine()]
     async with in_process_gateway(fleet=fleet) as gateway:
