@@ -24,7 +24,7 @@ from app.keys.identify import cache_scope, identify
 from app.keys.quota import KeyQuota, tokens_used
 from app.owned_fields import CacheScope
 from app.record import RequestRecord
-from app.response_ids import Holder, locate
+from app.response_ids import Holder
 from app.routing.prefix_key import affinity_of
 from app.services import Services
 from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
@@ -47,7 +47,9 @@ async def serve_completion(request: Request, route: Route, services: Services, s
         job = await _receive(request, route, record, services, scope, flight.charged)
         pinned = None
         if job.previous_response_id is not None:
-            held = await _continued(job, job.previous_response_id, identity, services)
+            held = await services.responses.locate(
+                job.previous_response_id, identity.tenant, job.model
+            )
             job, pinned = replace(job, history_tokens=held.tokens), held.engine
         demand = demand_of(job, services.estimator)
         _learn_from(record, job, services)
@@ -124,22 +126,6 @@ async def _charge(
     return charge.headers
 
 
-async def _continued(
-    job: CompletionJob, response_id: str, identity: Identity, services: Services
-) -> Holder:
-    """The engine holding the response a Responses call continues: the call
-    goes there, and that response's tokens are its history."""
-    return await locate(
-        response_id,
-        identity.tenant,
-        services.responses,
-        services.engines,
-        services.engine_client,
-        retry_after=services.settings.retry_after_unavailable,
-        model=job.model,
-    )
-
-
 def _remember(flight: Flight, response_id: str, identity: Identity, services: Services) -> None:
     """Remember which engine holds a completed response, and whose it is."""
 
@@ -147,7 +133,7 @@ def _remember(flight: Flight, response_id: str, identity: Identity, services: Se
         engine = flight.engine
         if ended.outcome == "completed" and engine is not None:
             tokens = (ended.prompt_tokens or 0) + (ended.completion_tokens or 0)
-            services.responses.remember(response_id, Holder(engine, identity.tenant, tokens))
+            services.responses.held.remember(response_id, Holder(engine, identity.tenant, tokens))
 
     flight.record.on_end(remember)
 

@@ -73,45 +73,48 @@ class ResponseHolders:
         return holder
 
 
-async def locate(
-    response_id: str,
-    tenant: str,
-    holders: ResponseHolders,
-    engines: EnginePool,
-    client: EngineClient,
-    *,
-    retry_after: float,
-    model: str | None = None,
-) -> Holder:
-    """The engine holding ``response_id`` for ``tenant`` (one that serves
-    ``model``, if given), or the error to answer: not found (404), or its
-    engine not taking requests now (503, ``retry_after``)."""
-    holder = holders.recall(response_id)
-    if holder is not None:
-        if holder.tenant is not None and holder.tenant != tenant:
-            raise ResponseNotFound(response_id)
-        view = engines.views.get(holder.engine)
-        if view is None:
-            raise ResponseNotFound(response_id, ": the engine that held it has left the fleet")
-        if not view.routable:
-            raise EngineUnavailable(
-                f"the engine that holds response '{response_id}' is not available",
-                retry_after=retry_after,
-            )
-        return holder
-    path = f"/v1/responses/{quote(response_id, safe='')}"
-    for view in list(engines.views.values()):
-        if not view.routable or (model is not None and model not in view.models):
-            continue
-        try:
-            answer = await client.get(view.url, path, timeout=LOOK_SECONDS)
-        except GatewayError:
-            continue
-        if answer.status == 200:
-            found = Holder(view.url, None, _tokens(answer.body))
-            holders.remember(response_id, found)
-            return found
-    raise ResponseNotFound(response_id)
+class Responses:
+    """Where each response is: the memory, and the engines to look on."""
+
+    def __init__(
+        self, held: ResponseHolders, engines: EnginePool, client: EngineClient, retry_after: float
+    ) -> None:
+        self.held = held
+        self._engines = engines
+        self._client = client
+        self._retry_after = retry_after
+
+    async def locate(self, response_id: str, tenant: str, model: str | None = None) -> Holder:
+        """The engine holding ``response_id`` for ``tenant`` (one that serves
+        ``model``, if given), or the error to answer: not found (404), or its
+        engine not taking requests now (503)."""
+        engines = self._engines
+        holder = self.held.recall(response_id)
+        if holder is not None:
+            if holder.tenant is not None and holder.tenant != tenant:
+                raise ResponseNotFound(response_id)
+            view = engines.views.get(holder.engine)
+            if view is None:
+                raise ResponseNotFound(response_id, ": the engine that held it has left the fleet")
+            if not view.routable:
+                raise EngineUnavailable(
+                    f"the engine that holds response '{response_id}' is not available",
+                    retry_after=self._retry_after,
+                )
+            return holder
+        path = f"/v1/responses/{quote(response_id, safe='')}"
+        for view in list(engines.views.values()):
+            if not view.routable or (model is not None and model not in view.models):
+                continue
+            try:
+                answer = await self._client.get(view.url, path, timeout=LOOK_SECONDS)
+            except GatewayError:
+                continue
+            if answer.status == 200:
+                found = Holder(view.url, None, _tokens(answer.body))
+                self.held.remember(response_id, found)
+                return found
+        raise ResponseNotFound(response_id)
 
 
 def _tokens(body: bytes) -> int:

@@ -20,7 +20,7 @@ from app.loop_lag import LoopLag
 from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
-from app.response_ids import ResponseHolders
+from app.response_ids import ResponseHolders, Responses
 from app.routing.base import Picker
 from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
@@ -50,7 +50,7 @@ class Services:
     # the estimator).
     counter: PromptCounter
     # Which engine holds which response of the Responses API.
-    responses: ResponseHolders
+    responses: Responses
     # Both None when no keys file is configured.
     keys: KeysWatcher | None
     quota: KeyQuota | None
@@ -119,8 +119,11 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         ),
         estimator=estimator,
         counter=PromptCounter(settings, engines, engine, metrics.prompts_counted),
-        responses=ResponseHolders(
-            settings.responses_remembered, settings.responses_remember_seconds
+        responses=Responses(
+            ResponseHolders(settings.responses_remembered, settings.responses_remember_seconds),
+            engines,
+            engine,
+            settings.retry_after_unavailable,
         ),
         keys=keys,
         quota=quota,

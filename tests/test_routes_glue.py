@@ -190,9 +190,9 @@ async def test_only_a_completed_response_is_remembered() -> None:
         await exchange.wait_for(lambda e: b".delta" in e.body)
         exchange.disconnect()
         await exchange.done()
-        assert gateway.services.responses.recall(rid) is None
+        assert gateway.services.responses.held.recall(rid) is None
         done = await served(gateway, REQUEST)
-        assert gateway.services.responses.recall(done.json()["id"]) is not None
+        assert gateway.services.responses.held.recall(done.json()["id"]) is not None
 
 
 async def test_a_stored_response_is_read_and_cancelled_on_its_engine() -> None:

@@ -21,7 +21,7 @@ from app.api.deps import ServicesDep
 from app.errors import GatewayError, InvalidRequest
 from app.keys.identify import identify
 from app.request_id import current_request_id
-from app.response_ids import LOOK_SECONDS, locate
+from app.response_ids import LOOK_SECONDS
 from app.responses import error_response
 from app.services import Services
 
@@ -51,14 +51,7 @@ async def _to_holder(
                 " gateway serves none",
                 param="stream",
             )
-        holder = await locate(
-            response_id,
-            identity.tenant,
-            services.responses,
-            services.engines,
-            services.engine_client,
-            retry_after=services.settings.retry_after_unavailable,
-        )
+        holder = await services.responses.locate(response_id, identity.tenant)
         path = f"/v1/responses/{quote(response_id, safe='')}{action}"
         response = await _call(services, holder.engine, path, post=bool(action))
     except GatewayError as error:

@@ -15,14 +15,13 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
 from openai import AsyncOpenAI, BadRequestError
 
 from tests.support.engines import ENGINE_KV_BLOCKS, Engine, running_engine
-from tests.support.gateways import Gateway, access_log, running_gateway
+from tests.support.gateways import Gateway, access_line, running_gateway
 from tests.support.keys import key_entry, write_keys_file
 from tests.support.wait import wait_for, wait_until
 
@@ -57,17 +56,6 @@ def client(gateway: Gateway) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="key-acme", max_retries=0, timeout=60)
 
 
-def logged(gateway: Gateway, request_id: str) -> dict[str, Any]:
-    lines: list[dict[str, Any]] = []
-
-    def found() -> bool:
-        lines[:] = [e for e in access_log(gateway) if e.get("request_id") == request_id]
-        return bool(lines)
-
-    assert wait_until(found, timeout=30)
-    return lines[-1]
-
-
 def test_the_embedding_engine_shows_admission_its_kv_cache(
     embedder: Engine, keyed: Gateway
 ) -> None:
@@ -89,7 +77,7 @@ async def test_an_embedding_reserves_and_pays_its_input_alone(keyed: Gateway) ->
         answer = raw.parse()
         assert len(answer.data) == count
         assert all(len(item.embedding) > 0 for item in answer.data)
-        line = logged(keyed, raw.headers["x-request-id"])
+        line = access_line(keyed, raw.headers["x-request-id"])
         assert (line["route"], line["outcome"]) == ("embeddings", "completed")
         # Reserved: the input as the engine counts it, nothing generated.
         assert line["charged_tokens"] == line["used_tokens"] == answer.usage.prompt_tokens

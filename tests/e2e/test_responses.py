@@ -17,14 +17,14 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine, engine_idle
-from tests.support.gateways import Gateway, StartGateway, access_log, running_gateway
+from tests.support.disconnects import cancels, seconds_until_idle
+from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine
+from tests.support.gateways import Gateway, StartGateway, access_line, running_gateway
 from tests.support.keys import key_entry, write_keys_file
 from tests.support.streams import hold_streams, open_stream
 from tests.support.wait import wait_for, wait_until
 
 LONG: dict[str, Any] = {"model": MODEL, "max_output_tokens": 1500, "ignore_eos": True}
-IDLE_WITHIN = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -46,18 +46,6 @@ def client(gateway: Gateway, key: str = "key-acme") -> AsyncOpenAI:
     return AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key=key, max_retries=0, timeout=120)
 
 
-def logged(gateway: Gateway, request_id: str) -> dict[str, Any]:
-    """The access-log line of the request the gateway answered as ``request_id``."""
-    lines: list[dict[str, Any]] = []
-
-    def found() -> bool:
-        lines[:] = [e for e in access_log(gateway) if e.get("request_id") == request_id]
-        return bool(lines)
-
-    assert wait_until(found, timeout=30)
-    return lines[-1]
-
-
 async def test_a_response_whole_its_prompt_counted_as_the_engine_counts_it(
     idle_engine: Engine, keyed: Gateway
 ) -> None:
@@ -73,7 +61,7 @@ async def test_a_response_whole_its_prompt_counted_as_the_engine_counts_it(
     assert response.id.startswith("resp_")
     assert response.usage is not None
     assert response.usage.output_tokens == 8
-    line = logged(keyed, raw.headers["x-request-id"])
+    line = access_line(keyed, raw.headers["x-request-id"])
     assert (line["route"], line["outcome"], line["status"]) == ("responses", "completed", 200)
     # Reserved and charged: the prompt as the engine counted it, plus the bound.
     assert line["charged_tokens"] == response.usage.input_tokens + 8
@@ -105,7 +93,7 @@ async def test_a_response_streamed_ends_with_response_completed(
     assert b"data: [DONE]" not in raw
     last = raw.rstrip(b"\n").rsplit(b"\n\n", 1)[-1]
     assert last.startswith(b"event: response.completed\ndata: {")
-    line = logged(keyed, reply.headers["x-request-id"])
+    line = access_line(keyed, reply.headers["x-request-id"])
     assert (line["outcome"], line["completion_tokens"]) == ("completed", 12)
     assert line["ttft_s"] is not None
 
@@ -157,17 +145,6 @@ async def test_a_background_response_is_refused(keyed: Gateway) -> None:
 
 
 # --- a client that leaves, in each phase ------------------------------------------
-
-
-def cancels(gateway: Gateway, phase: str) -> float:
-    return gateway.metric("gateway_cancellations_total", phase=phase)
-
-
-def seconds_until_idle(engine: Engine, since: float) -> float:
-    assert wait_until(lambda: engine_idle(engine.metric), timeout=IDLE_WITHIN, interval=0.05), (
-        "the engine kept working after the client left"
-    )
-    return time.monotonic() - since
 
 
 async def read_deltas(response: httpx.Response, count: int) -> None:
@@ -279,6 +256,6 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_engine(
         # The engine ran the holder alone, and never saw the queued one.
         assert idle_engine.metric("vllm:num_requests_running") == 1
         assert idle_engine.metric("vllm:num_requests_waiting") == 0
-        line = logged(gateway, request_id)
+        line = access_line(gateway, request_id)
         assert (line["outcome"], line["phase"], line["engine"]) == ("cancelled", "queued", None)
     seconds_until_idle(idle_engine, time.monotonic())

@@ -7,13 +7,12 @@ tokens when chunks were counted; it pays what the engine last reported."""
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.engines import MODEL, Engine
-from tests.support.gateways import Gateway, access_log, running_gateway
+from tests.support.gateways import Gateway, access_line, running_gateway
 from tests.support.keys import key_entry, write_keys_file
 from tests.support.streams import open_stream
 from tests.support.wait import wait_until
@@ -31,17 +30,6 @@ def metered(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     settings: dict[str, object] = {"keys_file": keys, "admission": "off"}
     with running_gateway(tmp_path_factory.mktemp("metered"), engine.url, settings) as gateway:
         yield gateway
-
-
-def logged(gateway: Gateway, request_id: str) -> dict[str, Any]:
-    lines: list[dict[str, Any]] = []
-
-    def found() -> bool:
-        lines[:] = [e for e in access_log(gateway) if e.get("request_id") == request_id]
-        return bool(lines)
-
-    assert wait_until(found, timeout=30)
-    return lines[-1]
 
 
 async def test_a_stream_left_early_pays_the_tokens_the_engine_reported(
@@ -65,7 +53,7 @@ async def test_a_stream_left_early_pays_the_tokens_the_engine_reported(
             chunks += raw.count(b'"delta":{"content":"') - raw.count(b'"delta":{"content":""')
             if chunks >= 3:
                 break
-    line = logged(metered, request_id)
+    line = access_line(metered, request_id)
     assert line["outcome"] == "cancelled"
     assert wait_until(lambda: idle_engine.metric("vllm:num_requests_running") == 0, timeout=30)
     generated = idle_engine.metric("vllm:generation_tokens_total") - before
