@@ -17,6 +17,8 @@ from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
+# The admitted API routes (``route`` label).
+ROUTES = ("chat", "completions", "responses", "embeddings")
 PROMPT_COUNT_SOURCES = ("tokenizer", "engine", "estimate")
 CANCEL_PHASES = ("receiving", "queued", "waiting_first_token", "streaming", "non_streaming")
 
@@ -259,7 +261,7 @@ class GatewayMetrics:
             registry=r,
         )
 
-        for route in ("chat", "completions"):
+        for route in ROUTES:
             for outcome in OUTCOMES:
                 self.requests.labels(route, outcome)
                 self.duration.labels(route, outcome)

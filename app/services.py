@@ -20,6 +20,7 @@ from app.loop_lag import LoopLag
 from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
+from app.response_ids import ResponseHolders, Responses
 from app.routing.base import Picker
 from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
@@ -48,6 +49,8 @@ class Services:
     # How prompts are counted (the engine's /tokenize, tokenizer files, or
     # the estimator).
     counter: PromptCounter
+    # Which engine holds which response of the Responses API.
+    responses: Responses
     # Both None when no keys file is configured.
     keys: KeysWatcher | None
     quota: KeyQuota | None
@@ -116,6 +119,12 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         ),
         estimator=estimator,
         counter=PromptCounter(settings, engines, engine, metrics.prompts_counted),
+        responses=Responses(
+            ResponseHolders(settings.responses_remembered, settings.responses_remember_seconds),
+            engines,
+            engine,
+            settings.retry_after_unavailable,
+        ),
         keys=keys,
         quota=quota,
         shared=shared,

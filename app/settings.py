@@ -90,6 +90,15 @@ class Settings(BaseSettings):
     # block before the client is dropped as too slow.
     sse_ping_seconds: float = Field(15.0, ge=0)
     sse_send_timeout: float = Field(30.0, gt=0)
+    # A stream that asks for its queue status (X-Queue-Status: on) is told
+    # where it stands this often while it waits.
+    queue_status_interval: float = Field(1.0, gt=0)
+
+    # The Responses API: which engine holds which response, remembered for
+    # at most this many responses, each for this many seconds
+    # (app/response_ids.py).
+    responses_remembered: int = Field(100_000, ge=0)
+    responses_remember_seconds: float = Field(86_400.0, gt=0)
 
     # Graceful shutdown: in-flight work gets ``drain_grace_seconds`` to finish
     # after SIGTERM; the server's own shutdown timeout must be longer.

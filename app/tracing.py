@@ -1,14 +1,14 @@
-"""Traces: one server span per completion request, with the gateway's
+"""Traces: one server span per admitted API request, with the gateway's
 decisions on it and on two kinds of child span, and the engine call's
 context passed to the engine in ``traceparent`` so that vLLM's own span
 (``llm_request``) is the engine call's child.
 
-The spans come from the gateway's own code: the completion routes are
+The spans come from the gateway's own code: the admitted routes are
 served before FastAPI's router (``app.api.entry``), where no ASGI
 instrumentation would see them. A request's flight (``app.flight``) owns its
 ``RequestTrace``:
 
-- the server span, ``POST /v1/chat/completions`` or ``POST /v1/completions``,
+- the server span, ``POST /v1/chat/completions`` (or its route's path),
   from arrival to the end: who asked (tenant, priority, key id — never the
   key), the model, the answer's status, the outcome and its reason, the
   phase a cancellation came in, the time queued, the time to first token

@@ -17,7 +17,14 @@ from app.admission.base import AdmissionRequest
 from app.admission.budget import BudgetConfig
 from app.admission.demand import refuse_if_it_can_never_fit
 from app.admission.estimate import PromptTokenEstimator
-from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
+from app.admission.policy import (
+    AdmissionPolicy,
+    PolicyConfig,
+    QueueFull,
+    QueuePlace,
+    Reservation,
+    Waiter,
+)
 from app.admission.shared import SharedBudgets
 from app.engine.monitor import engine_label
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
@@ -72,6 +79,9 @@ class AdmissionController:
         self._fixed_blocks = settings.kv_blocks
         self._fixed_block_size = settings.kv_block_size
         self._draining = False
+        # The queued requests by engine request id (their place, asked by
+        # a stream that reports it).
+        self._queued: dict[str, Waiter] = {}
         self._shared = None if fleet is None else SharedBudgets(fleet, self.policy, metrics)
         self._kick = asyncio.Event()
         if self._shared is not None:
@@ -113,6 +123,7 @@ class AdmissionController:
             model=job.model,
             excluded=frozenset(excluded),
             affinity=request.affinity,
+            pinned=request.pinned,
             prefix=self._prefix(job),
             size=len(job.upstream_body),
         )
@@ -126,9 +137,13 @@ class AdmissionController:
                 reason="queue_full",
                 retry_after=full.retry_after,
             ) from None
-        self._dispatch()
-        if not future.done():
-            await self._wait(waiter, future)
+        self._queued[record.engine_request_id] = waiter
+        try:
+            self._dispatch()
+            if not future.done():
+                await self._wait(waiter, future)
+        finally:
+            del self._queued[record.engine_request_id]
         reservation = future.result()
         self._metrics.queue_wait.observe(time.monotonic() - waiter.arrival)
         self._count_route(reservation)
@@ -169,6 +184,10 @@ class AdmissionController:
         if not future.done() and self.policy.remove(waiter):
             self._publish()
             raise self._queue_timeout_error(waiter)
+
+    def place(self, request_id: str) -> QueuePlace | None:
+        waiter = self._queued.get(request_id)
+        return None if waiter is None else self.policy.place(waiter)
 
     def start_draining(self) -> None:
         self._draining = True

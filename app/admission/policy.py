@@ -101,13 +101,21 @@ from dataclasses import dataclass, field
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
-from app.admission.forecast import Forecast
+from app.admission.forecast import Forecast, QueuePlace
 from app.engine.view import EngineView
 from app.routing.base import Choice, RouteRequest
 from app.routing.router import Router
 from app.settings import default
 
-__all__ = ["AdmissionPolicy", "Decision", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
+__all__ = [
+    "AdmissionPolicy",
+    "Decision",
+    "PolicyConfig",
+    "QueueFull",
+    "QueuePlace",
+    "Reservation",
+    "Waiter",
+]
 
 
 @dataclass(frozen=True)
@@ -271,8 +279,14 @@ class AdmissionPolicy:
     def still_queued(self, waiter: Waiter) -> bool:
         return any(w is waiter for w in self.queue)
 
+    def place(self, waiter: Waiter) -> QueuePlace | None:
+        """Where a waiter stands in the order (None: not queued)."""
+        if not self.still_queued(waiter):
+            return None
+        return self.forecast.place(waiter, self.capacity_tokens)
+
     def _place(self, waiter: Waiter) -> tuple[EngineBudget, Choice] | None:
-        request = RouteRequest(waiter.model, waiter.affinity, waiter.excluded)
+        request = RouteRequest(waiter.model, waiter.affinity, waiter.excluded, waiter.pinned)
         choice = self.router.choose(request, [b.load(waiter) for b in self.engines.values()])
         return None if choice is None else (self.engines[choice.engine], choice)
 

@@ -41,6 +41,8 @@ class RouteRequest:
     affinity: int | None = None
     # Engines it may not go to: tried already (a retry).
     excluded: frozenset[str] = frozenset()
+    # The one engine it may go to (it continues state held there).
+    pinned: str | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ template, from the source ``GATEWAY_PROMPT_TOKENS`` names:
   files cannot render exactly (``app.tokens.template``) goes to the engine;
 - ``estimate``: the length estimate alone (``app.admission.estimate``).
 
-A prompt given as token ids is counted already. When a source fails (the
+A prompt given as token ids is counted already. A Responses call is counted
+as the chat messages vLLM renders its input into (``app.bodies.responses``);
+one whose input is not plain messages is estimated. When a source fails (the
 engine is slow, unreachable or has no such route), the prompt is estimated
 as before, and ``gateway_prompts_counted_total{source="estimate"}`` says so;
 the request is not failed for it. When the engine refuses the request
@@ -61,6 +63,11 @@ class PromptCounter:
         them (else left to the estimate)."""
         if all(prompt.ids for prompt in job.prompts):
             return job
+        if job.route == "responses":
+            if job.tokenize_body is None:
+                self._counted.labels("estimate").inc()
+                return job
+            body = job.tokenize_body
         if self._source == "estimate":
             self._counted.labels("estimate").inc(sum(1 for p in job.prompts if not p.ids))
             return job
@@ -79,7 +86,7 @@ class PromptCounter:
         local: ModelTokenizer | None,
         request_id: str,
     ) -> tuple[int, ...]:
-        chat = job.route == "chat"
+        chat = job.route in ("chat", "responses")
         # vLLM's defaults: a completion's prompt gets the tokenizer's special
         # tokens (BOS), a rendered chat only what its template writes.
         special = bool(body.get("add_special_tokens", not chat))

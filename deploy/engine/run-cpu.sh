@@ -28,6 +28,15 @@ fi
 if [ -n "${ENGINE_MAX_NUM_SEQS:-}" ]; then
   set -- "$@" --max-num-seqs "$ENGINE_MAX_NUM_SEQS"
 fi
+# A pooling engine (embeddings): ENGINE_RUNNER=pooling ENGINE_CONVERT=embed
+# runs a generative model's weights as an embedding model (vLLM's
+# --runner/--convert); unset, vLLM picks (a generative model generates).
+if [ -n "${ENGINE_RUNNER:-}" ]; then
+  set -- "$@" --runner "$ENGINE_RUNNER"
+fi
+if [ -n "${ENGINE_CONVERT:-}" ]; then
+  set -- "$@" --convert "$ENGINE_CONVERT"
+fi
 # Traces: vLLM's llm_request span per request, a child of the gateway's
 # engine call (the request's traceparent), sent over OTLP/gRPC unless
 # OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf says otherwise.

@@ -420,3 +420,12 @@ def test_a_light_tenant_is_not_refused_for_a_heavy_tenants_backlog() -> None:
         add(p, waiter("t", tokens=200, at=6))
     light = add(p, waiter("light", tokens=200, at=6))
     assert light in p.queue
+
+
+def test_a_pinned_request_waits_for_its_engine_while_others_have_room() -> None:
+    p = policy(blocks=1, engines=2)
+    add(p, waiter(tokens=100, at=0, pinned="e0"))
+    add(p, waiter(tokens=100, at=1, pinned="e0"))
+    admitted = admit_all(p)
+    assert [r.engine for _, r in admitted] == ["e0"]
+    assert p.queued == 1
