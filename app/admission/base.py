@@ -11,6 +11,7 @@ from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
 from app.routing.base import EngineLoad, RouteRequest
+from app.routing.block_index import PromptBlocks
 from app.routing.router import Router
 from app.validation import CompletionJob
 
@@ -18,12 +19,14 @@ from app.validation import CompletionJob
 @dataclass(frozen=True)
 class AdmissionRequest:
     """What admission decides on: the checked request, its worst-case
-    demand on the KV cache, who it is for, and its prompt's prefix key."""
+    demand on the KV cache, who it is for, its prompt's prefix key, and its
+    prompt as the engines' caches are looked up with (token ids known)."""
 
     job: CompletionJob
     demand: Demand
     identity: Identity
     affinity: int | None = None
+    prompt: PromptBlocks | None = None
 
 
 class Hold(Protocol):
@@ -99,7 +102,9 @@ class Unlimited:
             EngineLoad(url, state.in_flight, 1.0, 0.0, True, state.view.routable, state.view.models)
             for url, state in self.engines.items()
         ]
-        route = RouteRequest(request.job.model, request.affinity, frozenset(excluded))
+        route = RouteRequest(
+            request.job.model, request.affinity, frozenset(excluded), request.prompt
+        )
         choice = self._router.choose(route, loads)
         if choice is None:
             raise EngineUnavailable("no engine is available for this model", retry_after=1)

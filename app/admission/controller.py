@@ -114,6 +114,7 @@ class AdmissionController:
             excluded=frozenset(excluded),
             affinity=request.affinity,
             prefix=self._prefix(job),
+            prompt=request.prompt,
             size=len(job.upstream_body),
         )
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
@@ -147,6 +148,8 @@ class AdmissionController:
     def _count_route(self, reservation: Reservation) -> None:
         m, choice = self._metrics, reservation.choice
         m.engine_routed.labels(engine_label(reservation.engine)).inc()
+        if choice is not None and choice.fallback is not None:
+            m.kv_fallbacks.labels(choice.fallback).inc()
         if choice is None or choice.preferred is None:
             return
         if choice.engine == choice.preferred:

@@ -272,7 +272,7 @@ class AdmissionPolicy:
         return any(w is waiter for w in self.queue)
 
     def _place(self, waiter: Waiter) -> tuple[EngineBudget, Choice] | None:
-        request = RouteRequest(waiter.model, waiter.affinity, waiter.excluded)
+        request = RouteRequest(waiter.model, waiter.affinity, waiter.excluded, waiter.prompt)
         choice = self.router.choose(request, [b.load(waiter) for b in self.engines.values()])
         return None if choice is None else (self.engines[choice.engine], choice)
 
