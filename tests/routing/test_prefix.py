@@ -130,13 +130,17 @@ def test_engines_that_hold_alike_are_ranked_by_the_key() -> None:
     as without events, so a new prefix's requests still meet on one engine."""
     router = PrefixAffinity()
     fleet = {"e0": 0, "e1": 0, "e2": 0}
+    chosen = set()
     for key in range(100):
         by_key = router.choose(key, engines(0, 0, 0))
+        assert by_key is not None
         for same in (0, 3):
             choice = router.choose(key, held(fleet, dict.fromkeys(fleet, same)))
             assert choice is not None
-            assert by_key is not None
             assert choice.engine == by_key.engine
+            chosen.add(choice.engine)
+    # The keys spread over every engine, as the key's ranking does.
+    assert chosen == set(fleet)
 
 
 def test_a_holder_over_its_cap_passes_the_request_to_the_next_best_holder() -> None:
