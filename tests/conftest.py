@@ -35,7 +35,10 @@ def engine(
         "OTEL_BSP_SCHEDULE_DELAY": "1000",
         **SMALL_ENGINE,
     }
-    with running_engine("engine", tmp_path_factory.mktemp("engine"), env) as started:
+    # Its KV cache events beside its port (KV_EVENTS): tests/e2e/fleet/test_kv_events.py.
+    with running_engine(
+        "engine", tmp_path_factory.mktemp("engine"), env, kv_events=True
+    ) as started:
         yield started
 
 
