@@ -38,12 +38,14 @@ FIXED = {"host": "0.0.0.0", "port": "8000", "admin_port": "9100"}
 # folder it mounts (KEYS_DIR); without that mount the path would not exist.
 OPTIONAL_FILES = {"keys_file": "docker-compose.keys.yml"}
 # The stack's own engine and Redis, unless .env points elsewhere.
-# The stack's engines publish their KV cache events on 5557, replayed on 5558.
+# The stack's engine publishes its KV cache events on 5557, replayed on 5558
+# (named, not templated: compose would read a template's braces as its own;
+# docker-compose.engines.yml sets the template for several engines).
 COMPOSE_DEFAULTS = {
     "upstream_url": "http://vllm:8000",
     "redis_url": "redis://redis:6379/0",
-    "kv_events_endpoint": "tcp://{host}:5557",
-    "kv_events_replay_endpoint": "tcp://{host}:5558",
+    "kv_events_endpoint": "tcp://vllm:5557",
+    "kv_events_replay_endpoint": "tcp://vllm:5558",
 }
 # A word in .env.example where a default needs one.
 NOTES = {
