@@ -17,11 +17,12 @@ at a time (``--settings`` picks some).
 
 Prompts (``--prompts``): ``ids`` (the default) sends each request as the token
 ids of the chat it stands for (the tiny model's chat template rendered,
-tokenized once by the engine's ``/tokenize``) on ``/v1/completions`` — what
-routing on the engines' events needs; ``chat`` sends the chat itself, whose
-token ids the gateway does not know (KV-event routing then falls back to the
-prompt's key, as counted in ``gateway_routing_kv_fallbacks_total``). "prefix
-key" is that fallback: the same gateway routing without events.
+tokenized once per run by the engine's ``/tokenize``) on ``/v1/completions``:
+the same requests for the gateways and vllm-router, nothing to count; ``chat``
+sends the chat itself, whose tokens the gateways count (the engine's
+``/tokenize``, their default) and route on. "prefix key" is what KV-event
+routing falls back to (``gateway_routing_kv_fallbacks_total``): the same
+gateway routing without events.
 
 1. *RAG mix*: a few long shared documents (``--docs``), many short
    questions: closed-loop streaming users, each request a random document and

@@ -147,7 +147,8 @@ async def test_a_gateway_that_cannot_hear_the_events_ranks_by_the_key_and_says_s
 ) -> None:
     """Events on the wrong port: never live. A prompt the first engine holds
     goes where its key says, and every such request is a counted fallback;
-    so is a text prompt, whose token ids are not known."""
+    so is a text prompt whose token ids are not known (prompts estimated,
+    not counted)."""
     fleet = [idle_engine, second]
     gateway = start_gateway(
         idle_engine.url,
@@ -155,6 +156,7 @@ async def test_a_gateway_that_cannot_hear_the_events_ranks_by_the_key_and_says_s
         routing="prefix",
         kv_events_endpoint="tcp://{host}:{port+9}",
         kv_events_replay_endpoint="tcp://{host}:{port+10}",
+        prompt_tokens="estimate",
     )
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
     ids = prompt_preferring(second, fleet, seed=4)
