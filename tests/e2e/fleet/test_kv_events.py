@@ -142,6 +142,61 @@ async def test_a_prompt_goes_to_the_engine_that_holds_it_until_that_engine_evict
     assert gateway.metric("gateway_routing_kv_fallbacks_total") == 0
 
 
+def chat(seed: int) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    words = ["harbour", "lantern", "tide", "ferry", "market", "gull", "rope", "quay", "salt"]
+    document = " ".join(rng.choice(words) for _ in range(700))
+    return [{"role": "system", "content": document}, {"role": "user", "content": "Summarise."}]
+
+
+async def chat_ids(engine: Engine, messages: list[dict[str, str]]) -> list[int]:
+    """The chat's token ids as the engine renders and tokenizes it."""
+    body = {"model": MODEL, "messages": messages, "add_generation_prompt": True}
+    async with httpx.AsyncClient(base_url=engine.url, timeout=120) as http:
+        reply = await http.post("/tokenize", json=body)
+    assert reply.status_code == 200, reply.text
+    tokens: list[int] = reply.json()["tokens"]
+    return tokens
+
+
+async def test_a_chat_the_gateway_counted_goes_to_the_engine_that_holds_it(
+    idle_engine: Engine, second: Engine, start_gateway: StartGateway
+) -> None:
+    """A chat prompt's token ids, as the gateway counts them (the engine's
+    /tokenize), are the ids the engine caches: the chat goes where it is
+    held, though its key prefers the other engine."""
+    fleet = [idle_engine, second]
+    gateway = start_gateway(
+        idle_engine.url,
+        upstream_urls=f"{idle_engine.url},{second.url}",
+        routing="prefix",
+        **KV_EVENTS,
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    assert await wait_for(lambda: gateway.metric("gateway_kv_events_up") == 2, timeout=60)
+    loads = [EngineLoad(e.url, 0, 24.0, 0.0, True) for e in fleet]
+    for seed in range(100, 200):
+        messages = chat(seed)
+        ids = await chat_ids(idle_engine, messages)
+        as_ids = {"model": MODEL, "prompt": ids}
+        key = affinity_of(check_request("completions", as_ids, {MODEL: None}, Limits(4, 4), "1.1"))
+        preferred = PrefixAffinity().choose(key, loads)
+        if preferred is not None and preferred.engine == second.url:
+            break
+    assert len(ids) > 3 * BLOCK
+    body = {"model": MODEL, "messages": messages, "max_tokens": 1}
+    async with watching(idle_engine) as watch, httpx.AsyncClient(timeout=120) as http:
+        reply = await http.post(f"{idle_engine.url}/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+        assert await wait_for(lambda: watch.holds(ids) == len(ids) // BLOCK, timeout=60)
+        assert await watch.gateway_sees_as_much(gateway, idle_engine)
+        reply = await http.post(f"{gateway.url}/v1/chat/completions", json=body)
+        assert reply.status_code == 200, reply.text
+    assert (routed(gateway, idle_engine), routed(gateway, second)) == (1, 0)
+    assert gateway.metric("gateway_prompts_counted_total", source="engine") == 1
+    assert gateway.metric("gateway_routing_kv_fallbacks_total") == 0
+
+
 async def test_a_gateway_that_cannot_hear_the_events_ranks_by_the_key_and_says_so(
     idle_engine: Engine, second: Engine, start_gateway: StartGateway
 ) -> None:
