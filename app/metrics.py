@@ -189,6 +189,40 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.kv_events_up = self._per_engine(
+            Gauge(
+                "gateway_kv_events_up",
+                "1 while the engine's KV cache events arrive in sequence (what it holds is known"
+                " to routing); 0 while they are disconnected or a gap is being filled.",
+                ["engine"],
+                registry=r,
+            )
+        )
+        self.kv_blocks_held = self._per_engine(
+            Gauge(
+                "gateway_kv_blocks_held",
+                "KV cache blocks the engine reports holding (from its KV cache events).",
+                ["engine"],
+                registry=r,
+            )
+        )
+        self.kv_event_gaps = self._per_engine(
+            Counter(
+                "gateway_kv_event_gaps",
+                "Gaps in the engine's KV cache event sequence (filled from its replay, or the"
+                " engine's index started afresh).",
+                ["engine"],
+                registry=r,
+            )
+        )
+        self.kv_fallbacks = Counter(
+            "gateway_routing_kv_fallbacks",
+            "Requests ranked by their prompt's approximate prefix key although KV cache events"
+            " are on: their token ids were not known (token_ids), or an engine's events were not"
+            " live (events).",
+            ["reason"],
+            registry=r,
+        )
         self.engine_retries = self._per_engine(
             Counter(
                 "gateway_engine_retries",
@@ -275,6 +309,8 @@ class GatewayMetrics:
             self.tokens.labels(kind)
         for source in PROMPT_COUNT_SOURCES:
             self.prompts_counted.labels(source)
+        for fallback in ("token_ids", "events"):
+            self.kv_fallbacks.labels(fallback)
 
     def _per_engine(self, metric: _M) -> _M:
         self._engine_metrics.append(metric)

@@ -25,7 +25,7 @@ from app.keys.quota import KeyQuota, tokens_used
 from app.owned_fields import CacheScope
 from app.record import RequestRecord
 from app.response_ids import Holder
-from app.routing.prefix_key import affinity_of
+from app.routing.prefix_key import affinity_of, prompt_blocks
 from app.services import Services
 from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
 
@@ -57,7 +57,16 @@ async def serve_completion(request: Request, route: Route, services: Services, s
             _remember(flight, job.response_id, identity, services)
         if key is not None and services.quota is not None:
             flight.answer_headers = await _charge(services.quota, key, record, demand)
-        await flight.run(AdmissionRequest(job, demand, identity, affinity_of(job), pinned))
+        await flight.run(
+            AdmissionRequest(
+                job,
+                demand,
+                identity,
+                affinity=affinity_of(job),
+                pinned=pinned,
+                prompt=prompt_blocks(job),
+            )
+        )
 
 
 def _identify(

@@ -22,6 +22,7 @@ from app.receiving import Receiving
 from app.record import Telemetry
 from app.response_ids import ResponseHolders, Responses
 from app.routing.base import Picker
+from app.routing.cached import ReportedCache
 from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
 from app.routing.router import Router
@@ -70,7 +71,12 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         if settings.routing == "prefix"
         else LeastLoaded()
     )
-    router = Router(picker)
+    # What the engines report holding ranks engines only where prefix
+    # routing ranks them at all.
+    cache = None
+    if settings.routing == "prefix" and settings.kv_events_endpoint is not None:
+        cache = ReportedCache(engines.kv_indexes)
+    router = Router(picker, cache=cache)
     shared = fleet = None
     if settings.redis_url is not None:
         shared = SharedRedis(

@@ -54,6 +54,14 @@ class Settings(BaseSettings):
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
     prefix_aware_demand: bool = True
+    # The engines' KV cache events (vLLM's --kv-events-config, over ZeroMQ):
+    # where each engine publishes them and its replay socket, as templates on
+    # the engine URL's host and port — ``tcp://{host}:5557``, or
+    # ``tcp://{host}:{port+100}`` for several engines on one host. Prefix
+    # routing then ranks engines by how much of a prompt (given as token ids)
+    # each holds (app/engine/kv_events.py). Unset: no events.
+    kv_events_endpoint: str | None = None
+    kv_events_replay_endpoint: str | None = None
 
     # Upstream HTTP client. The read timeout is an *idle* timeout: the longest
     # gap allowed between two chunks of a stream (or before response headers).

@@ -38,7 +38,15 @@ FIXED = {"host": "0.0.0.0", "port": "8000", "admin_port": "9100"}
 # folder it mounts (KEYS_DIR); without that mount the path would not exist.
 OPTIONAL_FILES = {"keys_file": "docker-compose.keys.yml"}
 # The stack's own engine and Redis, unless .env points elsewhere.
-COMPOSE_DEFAULTS = {"upstream_url": "http://vllm:8000", "redis_url": "redis://redis:6379/0"}
+# The stack's engine publishes its KV cache events on 5557, replayed on 5558
+# (named, not templated: compose would read a template's braces as its own;
+# docker-compose.engines.yml sets the template for several engines).
+COMPOSE_DEFAULTS = {
+    "upstream_url": "http://vllm:8000",
+    "redis_url": "redis://redis:6379/0",
+    "kv_events_endpoint": "tcp://vllm:5557",
+    "kv_events_replay_endpoint": "tcp://vllm:5558",
+}
 # A word in .env.example where a default needs one.
 NOTES = {
     "upstream_api_key": "The engines' own --api-key, when they were started with one.",
@@ -95,7 +103,7 @@ def compose_environment() -> list[str]:
         "    # Where the gateway listens in the network (the host ports are PUBLISH_*).",
         *(f'    {variable(name)}: "{value}"' for name, value in FIXED.items()),
         "    # Every other setting from .env or the shell; empty = the gateway's default",
-        "    # (for the two URLs: the stack's engine and Redis).",
+        "    # (for the URLs and endpoints: the stack's engines and Redis).",
     ]
     for name in passed_from_env():
         default = COMPOSE_DEFAULTS.get(name, "")

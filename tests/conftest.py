@@ -38,7 +38,10 @@ def engine(
         "VLLM_ENABLE_RESPONSES_API_STORE": "1",
         **SMALL_ENGINE,
     }
-    with running_engine("engine", tmp_path_factory.mktemp("engine"), env) as started:
+    # Its KV cache events beside its port (KV_EVENTS): tests/e2e/fleet/test_kv_events.py.
+    with running_engine(
+        "engine", tmp_path_factory.mktemp("engine"), env, kv_events=True
+    ) as started:
         yield started
 
 

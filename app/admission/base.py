@@ -12,6 +12,7 @@ from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
 from app.routing.base import EngineLoad, RouteRequest
+from app.routing.block_index import PromptBlocks
 from app.routing.router import Router
 from app.validation import CompletionJob
 
@@ -19,14 +20,16 @@ from app.validation import CompletionJob
 @dataclass(frozen=True)
 class AdmissionRequest:
     """What admission decides on: the checked request, its worst-case
-    demand on the KV cache, who it is for, its prompt's prefix key, and the
-    one engine it may go to, if any (it continues state held there)."""
+    demand on the KV cache, who it is for, its prompt's prefix key, the one
+    engine it may go to, if any (it continues state held there), and its
+    prompt as the engines' caches are looked up with (token ids known)."""
 
     job: CompletionJob
     demand: Demand
     identity: Identity
     affinity: int | None = None
     pinned: str | None = None
+    prompt: PromptBlocks | None = None
 
 
 class Hold(Protocol):
@@ -107,7 +110,11 @@ class Unlimited:
             for url, state in self.engines.items()
         ]
         route = RouteRequest(
-            request.job.model, request.affinity, frozenset(excluded), request.pinned
+            request.job.model,
+            request.affinity,
+            frozenset(excluded),
+            request.pinned,
+            request.prompt,
         )
         choice = self._router.choose(route, loads)
         if choice is None:

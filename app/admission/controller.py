@@ -32,6 +32,7 @@ from app.engine.view import EngineView
 from app.errors import Draining, OverCapacity
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
+from app.routing.block_index import block_chain
 from app.routing.prefix_key import CHUNK_CHARS, prefix_chain
 from app.routing.router import Router
 from app.settings import Settings
@@ -42,8 +43,10 @@ from app.validation import CompletionJob
 # How often a replica with requests waiting re-reads the fleet's holdings.
 _LOOK_AGAIN = 0.1
 # How much of a prompt's prefix is tracked for prefix-aware demand (pieces of
-# CHUNK_CHARS characters: 64 × 256 = 16k characters, a few thousand tokens).
+# CHUNK_CHARS characters: 64 × 256 = 16k characters, a few thousand tokens;
+# or, for a prompt of known token ids, of PIECE_TOKENS tokens).
 PREFIX_PIECES = 64
+PIECE_TOKENS = 64
 
 
 class AdmissionController:
@@ -124,7 +127,8 @@ class AdmissionController:
             excluded=frozenset(excluded),
             affinity=request.affinity,
             pinned=request.pinned,
-            prefix=self._prefix(job),
+            prefix=prefix_pieces(job, self.estimator),
+            prompt=request.prompt,
             size=len(job.upstream_body),
         )
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
@@ -149,19 +153,11 @@ class AdmissionController:
         self._count_route(reservation)
         return KvHold(self, reservation, request)
 
-    def _prefix(self, job: CompletionJob) -> tuple[tuple[int, int], ...]:
-        """The first prompt's prefix pieces, with the tokens (estimated) up
-        to the end of each."""
-        text = job.prompts[0].text
-        chain = prefix_chain(text, PREFIX_PIECES, job.cache_salt)
-        return tuple(
-            (piece, self.estimator.estimate(job.route, (i + 1) * CHUNK_CHARS))
-            for i, piece in enumerate(chain)
-        )
-
     def _count_route(self, reservation: Reservation) -> None:
         m, choice = self._metrics, reservation.choice
         m.engine_routed.labels(engine_label(reservation.engine)).inc()
+        if choice is not None and choice.fallback is not None:
+            m.kv_fallbacks.labels(choice.fallback).inc()
         if choice is None or choice.preferred is None:
             return
         if choice.engine == choice.preferred:
@@ -359,3 +355,21 @@ class KvHold:
             prompt = (record.prompt_tokens or request.demand.prompt_tokens) * request.job.n
             used = (prompt, record.completion_tokens)
         self._controller.give_back(self.reservation, used)
+
+
+def prefix_pieces(
+    job: CompletionJob, estimator: PromptTokenEstimator
+) -> tuple[tuple[int, int], ...]:
+    """The first prompt's prefix pieces (prefix-aware demand), with the
+    tokens up to the end of each: counted, for a prompt whose token ids are
+    known; else estimated from its text."""
+    ids = job.prompts[0].ids
+    if ids:
+        chain = block_chain(ids, PIECE_TOKENS, job.cache_salt, PREFIX_PIECES)
+        return tuple((piece, (i + 1) * PIECE_TOKENS) for i, piece in enumerate(chain))
+    text = job.prompts[0].text
+    chain = prefix_chain(text, PREFIX_PIECES, job.cache_salt)
+    return tuple(
+        (piece, estimator.estimate(job.route, (i + 1) * CHUNK_CHARS))
+        for i, piece in enumerate(chain)
+    )

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from app.identity import PRIORITIES
+from app.routing.block_index import PromptBlocks
 
 
 @dataclass(eq=False)
@@ -39,6 +40,9 @@ class Waiter:
     # Its prompt's prefix pieces (chained hashes) with the tokens up to the
     # end of each, estimated: what an engine may already hold of it.
     prefix: tuple[tuple[int, int], ...] = ()
+    # Its prompt's token ids and salt, when known (routing looks them up in
+    # what the engines report holding).
+    prompt: PromptBlocks | None = None
     # The size of its body, which it holds while it waits.
     size: int = 0
     # The dispatch round it was queued in: only requests that waited past

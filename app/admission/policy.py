@@ -286,7 +286,9 @@ class AdmissionPolicy:
         return self.forecast.place(waiter, self.capacity_tokens)
 
     def _place(self, waiter: Waiter) -> tuple[EngineBudget, Choice] | None:
-        request = RouteRequest(waiter.model, waiter.affinity, waiter.excluded, waiter.pinned)
+        request = RouteRequest(
+            waiter.model, waiter.affinity, waiter.excluded, waiter.pinned, waiter.prompt
+        )
         choice = self.router.choose(request, [b.load(waiter) for b in self.engines.values()])
         return None if choice is None else (self.engines[choice.engine], choice)
 

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from app.admission.budget import BudgetConfig
 from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
 from app.engine.view import FixedView
+from app.routing.block_index import BlockIndex, PromptBlocks
+from app.routing.cached import ReportedCache
 from app.routing.prefix import PrefixAffinity
 from app.routing.router import Router
 
@@ -163,6 +165,32 @@ def test_prefix_routing_keeps_a_prefix_on_one_engine() -> None:
     for i in range(4):
         add(p, waiter(f"t{i}", affinity=1234))
     assert len({r.engine for _, r in admit_all(p)}) == 1
+
+
+def test_a_prompt_goes_to_the_engine_that_reports_holding_it() -> None:
+    """The waiter's prompt reaches routing: every key's requests go where its
+    blocks are held, and to the key's engine where no engine's holdings are
+    known (the choice says why)."""
+    p = policy(blocks=100, engines=3)
+    indexes = {f"e{i}": BlockIndex() for i in range(3)}
+    p.router = Router(PrefixAffinity(), cache=ReportedCache(indexes))
+    ids = tuple(range(8))
+    assert indexes["e2"].stored([1, 2], None, list(ids), 4)
+    for index in indexes.values():
+        index.live = True
+    # Keys whose own ranking prefers another engine; three, under the cap.
+    fleet = [b.load(waiter()) for b in p.engines.values()]
+    keys = [k for k in range(50) if PrefixAffinity().choose(k, fleet).engine != "e2"]  # type: ignore[union-attr]
+    for key in keys[:3]:
+        add(p, waiter(f"t{key}", affinity=key, prompt=PromptBlocks(ids)))
+    admitted = admit_all(p)
+    assert {r.engine for _, r in admitted} == {"e2"}
+    assert all(r.choice is not None and r.choice.fallback is None for _, r in admitted)
+    indexes["e0"].live = False
+    add(p, waiter("t", affinity=1, prompt=PromptBlocks(ids)))
+    ((_, reservation),) = admit_all(p)
+    assert reservation.choice is not None
+    assert reservation.choice.fallback == "events"
 
 
 def test_waiters_past_their_deadline_are_expired_not_admitted() -> None:
