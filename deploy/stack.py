@@ -202,7 +202,8 @@ def main() -> int:
     else:
         print(
             "prometheus not found: the stack runs without it. Install it to keep metrics"
-            " history on :9090 (Debian/Ubuntu: apt-get install prometheus).",
+            " history on :9090 (Debian/Ubuntu: apt-get install --no-install-recommends"
+            " prometheus; then systemctl disable --now prometheus, or PROMETHEUS_PORT).",
             flush=True,
         )
 

@@ -86,6 +86,11 @@ def routed(gateway: Gateway, engine: str) -> float:
     return gateway.metric("gateway_engine_requests_total", engine=engine)
 
 
+def series_of(gateway: Gateway, engine: str) -> set[str]:
+    """The names of the gateway's series labelled with ``engine``."""
+    return {s.name for s in scrape(gateway.url) if s.labels.get("engine") == engine}
+
+
 async def complete(client: AsyncOpenAI, prompt: str) -> None:
     """A short completion through the gateway, answered whole."""
     reply = await client.completions.create(
@@ -212,6 +217,10 @@ async def test_engines_follow_the_dns_answer_and_a_removed_one_finishes_its_requ
         for i in range(4):
             await complete(client, f"After {i}")
         assert routed(gateway, first) == 2 + 4
+        # Every series of the forgotten engine went with it (no stale "up", no
+        # alert for an address that is gone), though its stream is still open.
+        assert series_of(gateway, second) == set()
+        assert "gateway_upstream_up" in series_of(gateway, first)
 
         # Neither held stream was lost, the removed engine's included.
         for stream, max_tokens in zip(held, (800, 600), strict=True):
@@ -222,8 +231,10 @@ async def test_engines_follow_the_dns_answer_and_a_removed_one_finishes_its_requ
         held.clear()
         assert await eventually(lambda: gateway.metric("gateway_requests_total") == 1 + 2 + 4)
         assert gateway.metric("gateway_requests_total", outcome="completed") == 1 + 2 + 4
-        # And what they held was given back, on the forgotten engine too.
+        # And what they held was given back, on the forgotten engine too,
+        # which brought none of its series back.
         assert await eventually(lambda: gateway.metric("gateway_requests_in_flight") == 0)
+        assert series_of(gateway, second) == set()
         assert "Traceback" not in gateway.process.log_text()
     finally:
         for stream in held:
