@@ -27,6 +27,7 @@ from app.record import RequestRecord
 from app.response_ids import Holder
 from app.routing.prefix_key import affinity_of, prompt_blocks
 from app.services import Services
+from app.settings import Settings
 from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
 
 
@@ -114,9 +115,18 @@ async def _receive(
             exact_usage=exact_usage,
             request_id=record.engine_request_id,
         )
-        job = await services.counter.count(job, body, record.engine_request_id)
+        if _count_decides(settings, exact_usage):
+            job = await services.counter.count(job, body, record.engine_request_id)
     record.stream, record.model = job.stream, job.model
     return job
+
+
+def _count_decides(settings: Settings, charged: bool) -> bool:
+    """Whether a prompt's exact tokens decide anything: its reservation
+    (admission on), its key's charge, the engine prefix routing prefers
+    (what the engines hold is looked up by token ids). With none of them,
+    counting would be work for nothing."""
+    return settings.admission == "on" or charged or settings.routing == "prefix"
 
 
 async def _charge(

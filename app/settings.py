@@ -140,9 +140,10 @@ class Settings(BaseSettings):
     # How prompts are counted for reservations and key limits
     # (app/tokens): the engine's /tokenize, the model's tokenizer files in
     # ``tokenizer_dir`` (the model's directory, or one directory per served
-    # model name), or the length estimate alone. A count that takes longer
-    # than ``prompt_count_timeout`` seconds falls back to the estimate.
-    prompt_tokens: Literal["engine", "tokenizer", "estimate"] = "engine"
+    # model name), or the length estimate alone; ``auto``: the files when a
+    # directory is given, else the engine. A count that takes longer than
+    # ``prompt_count_timeout`` seconds falls back to the estimate.
+    prompt_tokens: Literal["auto", "engine", "tokenizer", "estimate"] = "auto"
     tokenizer_dir: Path | None = None
     prompt_count_timeout: float = Field(2.0, gt=0)
 
@@ -181,6 +182,13 @@ class Settings(BaseSettings):
         if self.prompt_tokens == "tokenizer" and self.tokenizer_dir is None:
             raise ValueError("GATEWAY_PROMPT_TOKENS=tokenizer needs GATEWAY_TOKENIZER_DIR")
         return self
+
+    @property
+    def prompt_count_source(self) -> Literal["engine", "tokenizer", "estimate"]:
+        """What ``prompt_tokens`` comes to (``auto`` resolved)."""
+        if self.prompt_tokens == "auto":
+            return "tokenizer" if self.tokenizer_dir is not None else "engine"
+        return self.prompt_tokens
 
     @model_validator(mode="after")
     def _grace_fits_in_shutdown(self) -> "Settings":

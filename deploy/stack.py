@@ -77,7 +77,6 @@ def gateway_environment(env: dict[str, str], engine_urls: list[str]) -> dict[str
     model_dir = ROOT / env.get("ENGINE_MODEL_DIR", ".models/tiny")
     return {
         "GATEWAY_MAX_CONCURRENCY": seqs,
-        "GATEWAY_PROMPT_TOKENS": "tokenizer",
         "GATEWAY_TOKENIZER_DIR": str(model_dir),
         "GATEWAY_KV_EVENTS_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET}}}",
         "GATEWAY_KV_EVENTS_REPLAY_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET + 1}}}",

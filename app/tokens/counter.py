@@ -7,12 +7,14 @@ under-counted several times over, and a client who knows it gets more than
 its limit. So prompts are counted with the model's own tokenizer and chat
 template, from the source ``GATEWAY_PROMPT_TOKENS`` names:
 
-- ``engine`` (the default): the engine's ``/tokenize`` (``app.tokens.engine``),
-  one round trip to an engine that serves the model, always right;
+- ``engine``: the engine's ``/tokenize`` (``app.tokens.engine``), one round
+  trip to an engine that serves the model, always right;
 - ``tokenizer``: the model's tokenizer files in the gateway
   (``app.tokens.local``, ``GATEWAY_TOKENIZER_DIR``), no round trip; what the
   files cannot render exactly (``app.tokens.template``) goes to the engine;
-- ``estimate``: the length estimate alone (``app.admission.estimate``).
+- ``estimate``: the length estimate alone (``app.admission.estimate``);
+- ``auto`` (the default): the files when ``GATEWAY_TOKENIZER_DIR`` names
+  them, else the engine.
 
 A prompt given as token ids is counted already. A Responses call is counted
 as the chat messages vLLM renders its input into (``app.bodies.responses``);
@@ -45,10 +47,10 @@ class PromptCounter:
     def __init__(
         self, settings: Settings, engines: EnginePool, client: EngineClient, counted: Counter
     ) -> None:
-        self._source = settings.prompt_tokens
+        self._source = settings.prompt_count_source
         self._files = (
             TokenizerFiles(settings.tokenizer_dir)
-            if settings.prompt_tokens == "tokenizer" and settings.tokenizer_dir is not None
+            if self._source == "tokenizer" and settings.tokenizer_dir is not None
             else None
         )
         self._engine = EngineTokenize(client, settings.prompt_count_timeout)

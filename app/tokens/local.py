@@ -5,7 +5,9 @@ The files are the ones vLLM loads: ``tokenizer.json`` (read by the
 ``tokenizer_config.json`` for the special tokens, and the chat template
 (``chat_template.jinja``, or ``chat_template`` in the config). They are given
 to the gateway as a directory (``GATEWAY_TOKENIZER_DIR``): the model's own
-directory, or one holding a directory per served model name.
+directory, one holding a directory per served model name, or a Hugging Face
+cache (the engine's downloads, mounted), where a served model named by its
+hub id is found.
 
 Counting runs in the event loop for short prompts (tens of microseconds)
 and in a worker thread for long ones, so a long prompt does not stall every
@@ -96,7 +98,7 @@ class TokenizerFiles:
         return self._loaded[model]
 
     def _load(self, model: str) -> ModelTokenizer | None:
-        for directory in (self._root / model, self._root):
+        for directory in (self._root / model, self._root, *self._hub_snapshots(model)):
             if (directory / "tokenizer.json").is_file():
                 try:
                     return ModelTokenizer.load(directory)
@@ -110,6 +112,19 @@ class TokenizerFiles:
             self._root,
         )
         return None
+
+    def _hub_snapshots(self, model: str) -> list[Path]:
+        """The model's snapshots in a Hugging Face cache at the root (the
+        engine's download cache, mounted: ``models--org--name/snapshots``,
+        or under ``hub/``), the newest first."""
+        name = "models--" + model.replace("/", "--")
+        found = [
+            snapshot
+            for cache in (self._root, self._root / "hub")
+            for snapshot in (cache / name / "snapshots").glob("*")
+            if snapshot.is_dir()
+        ]
+        return sorted(found, key=lambda path: path.stat().st_mtime, reverse=True)
 
 
 def _token_text(value: Any) -> str | None:

@@ -16,6 +16,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 import yaml
@@ -337,12 +338,20 @@ GPU_ONLY_SETTINGS = {"image", "command", "environment", "volumes", "deploy"}
 CPU_ONLY_SETTINGS = {"image", "build", "cap_add", "environment"}
 
 
+def without_model_files(service: dict[str, Any]) -> dict[str, Any]:
+    """A service but for the model's files it reads (a gateway's tokenizer)."""
+    environment = dict(service.get("environment") or {})
+    environment.pop("GATEWAY_TOKENIZER_DIR", None)
+    return {**service, "environment": environment, "volumes": None}
+
+
 def test_the_variants_differ_only_in_the_engine(compose: Compose) -> None:
     gpu = compose.resolved("gpu")
     cpu = compose.resolved("cpu")
     for name, service in gpu["services"].items():
         if name != ENGINE:
-            assert cpu["services"][name] == service, f"{name} differs between the variants"
+            same = without_model_files(cpu["services"][name]) == without_model_files(service)
+            assert same, f"{name} differs between the variants"
     gpu_engine, cpu_engine = gpu["services"][ENGINE], cpu["services"][ENGINE]
     differ = {
         key
@@ -353,6 +362,30 @@ def test_the_variants_differ_only_in_the_engine(compose: Compose) -> None:
     assert {k for k in differ if k not in cpu_engine} <= GPU_ONLY_SETTINGS
     assert {k for k in differ if k not in gpu_engine} <= CPU_ONLY_SETTINGS
     assert set(gpu.get("volumes") or {}) - set(cpu.get("volumes") or {}) == {"huggingface"}
+    assert set(cpu.get("volumes") or {}) - set(gpu.get("volumes") or {}) == {"models"}
+
+
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_the_gateways_read_the_engines_model_files_to_count_prompts(
+    compose: Compose, variant: str
+) -> None:
+    """GATEWAY_TOKENIZER_DIR on a volume the engine keeps its model in, mounted
+    read-only (GPU: the download cache; CPU: the model built into the image)."""
+    services = compose.resolved(variant)["services"]
+    engine_volumes = {
+        str(v).split(":")[0]: str(v).split(":")[1] for v in services[ENGINE]["volumes"]
+    }
+    for name in ("gateway", "gateway-2"):
+        gateway = services[name]
+        tokenizer_dir = gateway["environment"]["GATEWAY_TOKENIZER_DIR"]
+        (mount,) = gateway["volumes"]
+        volume, target, mode = str(mount).split(":")
+        assert mode == "ro"
+        assert volume in engine_volumes
+        assert tokenizer_dir.startswith(target)
+    if variant == "cpu":
+        # The model the CPU engine serves, by the path it is built at.
+        assert services["gateway"]["environment"]["GATEWAY_TOKENIZER_DIR"] == "/models/tiny"
 
 
 def test_the_gpu_stack_reserves_a_gpu(compose: Compose) -> None:

@@ -27,7 +27,8 @@ def test_the_gateways_admit_as_many_sequences_as_the_engine_runs() -> None:
 
 def test_the_gateways_count_prompts_with_the_engines_own_tokenizer_files() -> None:
     env = gateway_environment({}, ENGINES)
-    assert env["GATEWAY_PROMPT_TOKENS"] == "tokenizer"
+    # GATEWAY_PROMPT_TOKENS' default (auto) takes the files where they are given.
+    assert "GATEWAY_PROMPT_TOKENS" not in env
     assert env["GATEWAY_TOKENIZER_DIR"] == str(stack.ROOT / ".models/tiny")
     other = gateway_environment({"ENGINE_MODEL_DIR": "/models/m"}, ENGINES)
     assert other["GATEWAY_TOKENIZER_DIR"] == "/models/m"

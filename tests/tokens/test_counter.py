@@ -218,3 +218,37 @@ async def estimated_once(gateway: InProcessGateway) -> None:
     completion.answer(200, {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 8}})
     await exchange.done()
     assert counted(gateway, "estimate") == 1
+
+
+async def test_nothing_is_counted_where_the_count_decides_nothing() -> None:
+    """Admission off, no key's charge, routing that looks at no token ids:
+    the request goes to the engine without a /tokenize before it."""
+    settings: dict[str, Any] = {"prompt_tokens": "engine", "admission": "off"}
+    async with in_process_gateway(exact_engine(), **settings) as gateway:
+        await estimated_once_uncounted(gateway)
+        assert counted(gateway, "engine") == 0
+        assert gateway.engine.requests["/tokenize"] == 0
+
+
+async def test_prefix_routing_counts_even_with_admission_off() -> None:
+    settings: dict[str, Any] = {"prompt_tokens": "engine", "admission": "off", "routing": "prefix"}
+    async with in_process_gateway(exact_engine(), **settings) as gateway:
+        exchange = gateway.request(CHAT, {"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
+        tokenize = await gateway.engine.calls.get()
+        assert tokenize.path == "/tokenize"
+        tokenize.answer(200, tokenized(12))
+        completion = await gateway.engine.calls.get()
+        completion.answer(
+            200, {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 8}}
+        )
+        await exchange.done()
+        assert counted(gateway, "engine") == 1
+
+
+async def estimated_once_uncounted(gateway: InProcessGateway) -> None:
+    exchange = gateway.request(CHAT, {"model": MODEL, "messages": MESSAGES, "max_tokens": 8})
+    completion = await gateway.engine.calls.get()
+    assert completion.path == CHAT
+    completion.answer(200, {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 8}})
+    await exchange.done()
+    assert exchange.status == 200

@@ -97,3 +97,12 @@ def test_missing_or_broken_files_are_said_once_and_leave_the_model_to_the_engine
     assert files.for_model("m") is None
     assert files.for_model("m") is None
     assert sum("cannot load the tokenizer" in r.message for r in caplog.records) == 1
+
+
+def test_a_hugging_face_cache_is_looked_in_by_the_served_models_hub_id(tmp_path: Path) -> None:
+    """The engine's download cache mounted in the gateway (compose on a GPU host)."""
+    snapshots = tmp_path / "hub" / "models--org--model-a" / "snapshots"
+    write_model(snapshots / "0123abcd")
+    files = TokenizerFiles(tmp_path)
+    assert files.for_model("org/model-a") is not None
+    assert files.for_model("org/model-b") is None
