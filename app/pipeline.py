@@ -1,5 +1,6 @@
-"""One completion request, top to bottom: identify → receive and validate →
-charge → admit → call.
+"""One API request, top to bottom: identify → receive, validate and count
+→ charge → admit → call. The same for every admitted route: chat and
+completions, the Responses API, embeddings.
 
 The steps run inside the request's ``Flight`` (``app.flight``), which owns
 the request from its arrival to its end: whatever a step raises, and however
@@ -8,6 +9,7 @@ gives back what it held. Errors of any stage are ``GatewayError``s.
 """
 
 import time
+from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.types import Send
@@ -22,13 +24,15 @@ from app.keys.identify import cache_scope, identify
 from app.keys.quota import KeyQuota, tokens_used
 from app.owned_fields import CacheScope
 from app.record import RequestRecord
-from app.routing.prefix_key import affinity_of
+from app.response_ids import Holder
+from app.routing.prefix_key import affinity_of, prompt_blocks
 from app.services import Services
+from app.settings import Settings
 from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
 
 
 async def serve_completion(request: Request, route: Route, services: Services, send: Send) -> None:
-    """Serve one completion request to its end, sending its answer with ``send``."""
+    """Serve one API request to its end, sending its answer with ``send``."""
     async with Flight(request, route, services, send) as flight:
         record = flight.record
         if services.drain.draining:
@@ -38,12 +42,32 @@ async def serve_completion(request: Request, route: Route, services: Services, s
             )
         identity, key = _identify(request, record, services)
         scope = cache_scope(key, services.settings.prefix_cache_isolation)
-        job = await _receive(request, route, record, services, scope)
+        # A stream whose tokens count against the key's limit asks the engine
+        # for its usage in every chunk, to pay exactly what it generated.
+        flight.charged = bool(key and services.quota and key.tokens_per_minute is not None)
+        job = await _receive(request, route, record, services, scope, flight.charged)
+        pinned = None
+        if job.previous_response_id is not None:
+            held = await services.responses.locate(
+                job.previous_response_id, identity.tenant, job.model
+            )
+            job, pinned = replace(job, history_tokens=held.tokens), held.engine
         demand = demand_of(job, services.estimator)
         _learn_from(record, job, services)
+        if job.response_id is not None:
+            _remember(flight, job.response_id, identity, services)
         if key is not None and services.quota is not None:
             flight.answer_headers = await _charge(services.quota, key, record, demand)
-        await flight.run(AdmissionRequest(job, demand, identity, affinity_of(job)))
+        await flight.run(
+            AdmissionRequest(
+                job,
+                demand,
+                identity,
+                affinity=affinity_of(job),
+                pinned=pinned,
+                prompt=prompt_blocks(job),
+            )
+        )
 
 
 def _identify(
@@ -65,9 +89,10 @@ async def _receive(
     record: RequestRecord,
     services: Services,
     cache_scope: CacheScope | None,
+    exact_usage: bool,
 ) -> CompletionJob:
     """The request's body, read and checked (bounded: see ``Receiving``),
-    salted for ``cache_scope``."""
+    salted for ``cache_scope``, its prompts counted."""
     settings = services.settings
     with services.receiving.enter():
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
@@ -80,9 +105,28 @@ async def _receive(
         models = await services.engines.models_for(model if isinstance(model, str) else "")
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
-        job = check_request(route, body, models, limits, version, cache_scope)
+        job = check_request(
+            route,
+            body,
+            models,
+            limits,
+            version,
+            cache_scope,
+            exact_usage=exact_usage,
+            request_id=record.engine_request_id,
+        )
+        if _count_decides(settings, exact_usage):
+            job = await services.counter.count(job, body, record.engine_request_id)
     record.stream, record.model = job.stream, job.model
     return job
+
+
+def _count_decides(settings: Settings, charged: bool) -> bool:
+    """Whether a prompt's exact tokens decide anything: its reservation
+    (admission on), its key's charge, the engine prefix routing prefers
+    (what the engines hold is looked up by token ids). With none of them,
+    counting would be work for nothing."""
+    return settings.admission == "on" or charged or settings.routing == "prefix"
 
 
 async def _charge(
@@ -101,10 +145,22 @@ async def _charge(
     return charge.headers
 
 
+def _remember(flight: Flight, response_id: str, identity: Identity, services: Services) -> None:
+    """Remember which engine holds a completed response, and whose it is."""
+
+    def remember(ended: RequestRecord) -> None:
+        engine = flight.engine
+        if ended.outcome == "completed" and engine is not None:
+            tokens = (ended.prompt_tokens or 0) + (ended.completion_tokens or 0)
+            services.responses.held.remember(response_id, Holder(engine, identity.tenant, tokens))
+
+    flight.record.on_end(remember)
+
+
 def _learn_from(record: RequestRecord, job: CompletionJob, services: Services) -> None:
     """Fit the prompt-token estimate to what the engine counts for one text prompt."""
     (prompt, *batch) = job.prompts
-    if batch or not prompt.text:
+    if batch or not prompt.text or job.history_tokens:
         return
 
     def learn(ended: RequestRecord) -> None:

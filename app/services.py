@@ -20,7 +20,9 @@ from app.loop_lag import LoopLag
 from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
+from app.response_ids import ResponseHolders, Responses
 from app.routing.base import Picker
+from app.routing.cached import ReportedCache
 from app.routing.least_loaded import LeastLoaded
 from app.routing.prefix import PrefixAffinity
 from app.routing.router import Router
@@ -30,6 +32,7 @@ from app.state.fleet import FleetState
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
 from app.state.redis_limits import SharedLimits
+from app.tokens.counter import PromptCounter
 
 
 @dataclass
@@ -44,6 +47,11 @@ class Services:
     admission: Admission
     receiving: Receiving
     estimator: PromptTokenEstimator
+    # How prompts are counted (the engine's /tokenize, tokenizer files, or
+    # the estimator).
+    counter: PromptCounter
+    # Which engine holds which response of the Responses API.
+    responses: Responses
     # Both None when no keys file is configured.
     keys: KeysWatcher | None
     quota: KeyQuota | None
@@ -63,7 +71,12 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         if settings.routing == "prefix"
         else LeastLoaded()
     )
-    router = Router(picker)
+    # What the engines report holding ranks engines only where prefix
+    # routing ranks them at all.
+    cache = None
+    if settings.routing == "prefix" and settings.kv_events_endpoint is not None:
+        cache = ReportedCache(engines.kv_indexes)
+    router = Router(picker, cache=cache)
     shared = fleet = None
     if settings.redis_url is not None:
         shared = SharedRedis(
@@ -111,6 +124,13 @@ def build_services(settings: Settings, drain: Drain) -> Services:
             settings.max_receiving, metrics.receiving, settings.retry_after_unavailable
         ),
         estimator=estimator,
+        counter=PromptCounter(settings, engines, engine, metrics.prompts_counted),
+        responses=Responses(
+            ResponseHolders(settings.responses_remembered, settings.responses_remember_seconds),
+            engines,
+            engine,
+            settings.retry_after_unavailable,
+        ),
         keys=keys,
         quota=quota,
         shared=shared,

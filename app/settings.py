@@ -54,6 +54,14 @@ class Settings(BaseSettings):
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
     prefix_aware_demand: bool = True
+    # The engines' KV cache events (vLLM's --kv-events-config, over ZeroMQ):
+    # where each engine publishes them and its replay socket, as templates on
+    # the engine URL's host and port — ``tcp://{host}:5557``, or
+    # ``tcp://{host}:{port+100}`` for several engines on one host. Prefix
+    # routing then ranks engines by how much of a prompt (given as token ids)
+    # each holds (app/engine/kv_events.py). Unset: no events.
+    kv_events_endpoint: str | None = None
+    kv_events_replay_endpoint: str | None = None
 
     # Upstream HTTP client. The read timeout is an *idle* timeout: the longest
     # gap allowed between two chunks of a stream (or before response headers).
@@ -90,6 +98,15 @@ class Settings(BaseSettings):
     # block before the client is dropped as too slow.
     sse_ping_seconds: float = Field(15.0, ge=0)
     sse_send_timeout: float = Field(30.0, gt=0)
+    # A stream that asks for its queue status (X-Queue-Status: on) is told
+    # where it stands this often while it waits.
+    queue_status_interval: float = Field(1.0, gt=0)
+
+    # The Responses API: which engine holds which response, remembered for
+    # at most this many responses, each for this many seconds
+    # (app/response_ids.py).
+    responses_remembered: int = Field(100_000, ge=0)
+    responses_remember_seconds: float = Field(86_400.0, gt=0)
 
     # Graceful shutdown: in-flight work gets ``drain_grace_seconds`` to finish
     # after SIGTERM; the server's own shutdown timeout must be longer.
@@ -120,6 +137,16 @@ class Settings(BaseSettings):
     overcommit_initial: float = Field(1.0, ge=0.5)
     overcommit_max: float = Field(4.0, ge=1.0)
 
+    # How prompts are counted for reservations and key limits
+    # (app/tokens): the engine's /tokenize, the model's tokenizer files in
+    # ``tokenizer_dir`` (the model's directory, or one directory per served
+    # model name), or the length estimate alone; ``auto``: the files when a
+    # directory is given, else the engine. A count that takes longer than
+    # ``prompt_count_timeout`` seconds falls back to the estimate.
+    prompt_tokens: Literal["auto", "engine", "tokenizer", "estimate"] = "auto"
+    tokenizer_dir: Path | None = None
+    prompt_count_timeout: float = Field(2.0, gt=0)
+
     # API keys (app/keys): the YAML keys file, unset = no auth (tenants from
     # X-Tenant-Id); how often it is checked for changes; the length of the
     # window the keys' per-minute limits count in, in seconds.
@@ -149,6 +176,19 @@ class Settings(BaseSettings):
     # (``off``: the client's own cache_salt goes as sent). Without keys,
     # tenants are only claimed, so there is nothing to keep apart.
     prefix_cache_isolation: Literal["tenant", "off"] = "tenant"
+
+    @model_validator(mode="after")
+    def _tokenizer_dir_given(self) -> "Settings":
+        if self.prompt_tokens == "tokenizer" and self.tokenizer_dir is None:
+            raise ValueError("GATEWAY_PROMPT_TOKENS=tokenizer needs GATEWAY_TOKENIZER_DIR")
+        return self
+
+    @property
+    def prompt_count_source(self) -> Literal["engine", "tokenizer", "estimate"]:
+        """What ``prompt_tokens`` comes to (``auto`` resolved)."""
+        if self.prompt_tokens == "auto":
+            return "tokenizer" if self.tokenizer_dir is not None else "engine"
+        return self.prompt_tokens
 
     @model_validator(mode="after")
     def _grace_fits_in_shutdown(self) -> "Settings":

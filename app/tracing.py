@@ -1,14 +1,14 @@
-"""Traces: one server span per completion request, with the gateway's
+"""Traces: one server span per admitted API request, with the gateway's
 decisions on it and on two kinds of child span, and the engine call's
 context passed to the engine in ``traceparent`` so that vLLM's own span
 (``llm_request``) is the engine call's child.
 
-The spans come from the gateway's own code: the completion routes are
+The spans come from the gateway's own code: the admitted routes are
 served before FastAPI's router (``app.api.entry``), where no ASGI
 instrumentation would see them. A request's flight (``app.flight``) owns its
 ``RequestTrace``:
 
-- the server span, ``POST /v1/chat/completions`` or ``POST /v1/completions``,
+- the server span, ``POST /v1/chat/completions`` (or its route's path),
   from arrival to the end: who asked (tenant, priority, key id — never the
   key), the model, the answer's status, the outcome and its reason, the
   phase a cancellation came in, the time queued, the time to first token
@@ -116,6 +116,17 @@ def start_tracing(environ: Mapping[str, str] = os.environ) -> "TracerProvider | 
     return provider
 
 
+def _propagates_unsampled(span: Span) -> bool:
+    """Whether a request this gateway does not sample still sends its
+    (unsampled) context to the engine: with the SDK installed, yes; with
+    tracing off, the API's no-op tracer hands back a client's own context,
+    which is not the gateway's to pass on."""
+    provider = trace.get_tracer_provider()
+    return span.get_span_context().is_valid and type(provider).__module__.startswith(
+        "opentelemetry.sdk"
+    )
+
+
 def route_reason(choice: Choice | None, *, retry: bool) -> str:
     """Why the request went to its engine."""
     if retry:
@@ -194,7 +205,16 @@ class RequestTrace:
         """The engine call's span, current while the block runs: the engine
         client puts its context in the request's ``traceparent``."""
         if not self._on:
-            yield trace.INVALID_SPAN
+            if not _propagates_unsampled(self._span):
+                yield trace.INVALID_SPAN
+                return
+            # Not sampled here: the engine is told so (flags 00), or it
+            # would start a trace of its own for the request.
+            token = context.attach(trace.set_span_in_context(self._span))
+            try:
+                yield trace.INVALID_SPAN
+            finally:
+                context.detach(token)
             return
         span = _tracer.start_span(
             "engine call",

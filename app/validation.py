@@ -1,24 +1,24 @@
-"""Reading and checking a completion request before it goes anywhere.
+"""Reading and checking an API request before it goes anywhere.
 
-The gateway checks what it needs to route and admit a request (model, stream,
-output bounds, ``n``, the shape and size of messages or prompts) and leaves
-every other field to the engine, which validates its own sampling
-parameters (but for the fields that are the gateway's: ``app.owned_fields``).
-What is certain from the request alone is refused here: prompts given as
-token ids that cannot fit the model's context, batches larger than allowed,
-text the engine could not encode. What needs an estimate (text
-prompts against the context and the KV cache) is admission's to refuse.
+Each route reads its own body (``app.bodies``); what every route shares is
+checked here: the model exists, ``n`` and the batch are within the limits,
+the output bound fits the model's context. What is certain from the request
+alone is refused here: prompts given as token ids that cannot fit the
+model's context, batches larger than allowed, text the engine could not
+encode. What needs an estimate (text prompts against the context and the KV
+cache) is admission's to refuse. Every other field is the engine's to
+validate (but for the fields that are the gateway's: ``app.owned_fields``).
 """
 
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from app.bodies import Parsed, Prompt, Route, parse
 from app.errors import (
     BodyTimeout,
     BodyTooLarge,
@@ -30,50 +30,17 @@ from app.errors import (
 )
 from app.owned_fields import CacheScope, owned_body
 
-Route = Literal["chat", "completions"]
+__all__ = [
+    "CompletionJob",
+    "Limits",
+    "Prompt",
+    "Route",
+    "check_request",
+    "read_json_body",
+]
 
-
-class _StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    include_usage: StrictBool | None = None
-
-
-class _Common(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    model: StrictStr = Field(min_length=1)
-    stream: StrictBool = False
-    stream_options: _StreamOptions | None = None
-    max_tokens: StrictInt | None = Field(None, ge=1)
-    n: StrictInt = Field(1, ge=1)
-
-
-class _ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    role: StrictStr = Field(min_length=1)
-    content: StrictStr | list[dict[str, Any]] | None = None
-
-
-class _ChatBody(_Common):
-    messages: list[_ChatMessage] = Field(min_length=1)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1)
-
-
-class _CompletionBody(_Common):
-    prompt: StrictStr | list[StrictStr] | list[StrictInt] | list[list[StrictInt]]
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt of a request: its text, and its token ids once known (given
-    as ids by the client, or counted); without ids its tokens are estimated."""
-
-    text: str = ""
-    ids: tuple[int, ...] = ()
-
-    @property
-    def counted(self) -> int:
-        """Its exact token count (0: not known, estimate it)."""
-        return len(self.ids)
+# The routes whose streams are chat or completion chunks, ended by [DONE].
+CHUNK_ROUTES = frozenset({"chat", "completions"})
 
 
 @dataclass(frozen=True)
@@ -101,6 +68,21 @@ class CompletionJob:
     # The prefix-cache salt in them: prompts share cached blocks only
     # between requests of one salt.
     cache_salt: str | None = None
+    # Whether the engine generates for it (an embedding does not).
+    generates: bool = True
+    # The engine's stream chunks carry usage (continuous usage stats), and
+    # whether the client asked for that itself (else the relay strips it).
+    chunk_usage: bool = False
+    forward_chunk_usage: bool = False
+    # A chat request counting its prompt, for a body that is not one.
+    tokenize_body: dict[str, Any] | None = None
+    # The id the engine gives the response (the Responses API), and the
+    # earlier response it continues.
+    response_id: str | None = None
+    previous_response_id: str | None = None
+    # Tokens the engine puts before the prompt (a continued response's
+    # earlier turns), counted on top of it.
+    history_tokens: int = 0
 
     @property
     def sequences(self) -> int:
@@ -159,19 +141,16 @@ def check_request(
     limits: Limits,
     http_version: str = "1.1",
     cache_scope: CacheScope | None = None,
+    *,
+    exact_usage: bool = False,
+    request_id: str | None = None,
 ) -> CompletionJob:
     """Validate ``body`` against the route and the engines' models (name to
     ``max_model_len``); ``cache_scope`` is whose prefix cache it may share,
-    when the gateway decides it."""
-    try:
-        parsed: _Common = (_ChatBody if route == "chat" else _CompletionBody).model_validate(body)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        param = _param_of(first["loc"])
-        raise InvalidRequest(
-            f"{param}: {first['msg']}" if param else first["msg"], param=param
-        ) from exc
-
+    when the gateway decides it. ``exact_usage``: a stream whose every chunk
+    must say what it has used so far (its tokens are charged to a key).
+    ``request_id``: the gateway's id of the request (a response's id)."""
+    parsed = parse(route, body)
     if parsed.model not in models:
         known = ", ".join(sorted(models)) or "none"
         raise ModelNotFound(
@@ -179,7 +158,7 @@ def check_request(
         )
     if parsed.n > limits.max_n:
         raise InvalidRequest(f"n: must be at most {limits.max_n}", param="n")
-    if parsed.stream_options is not None and not parsed.stream:
+    if parsed.stream_options and not parsed.stream:
         raise InvalidRequest(
             "stream_options: only allowed when stream is true", param="stream_options"
         )
@@ -188,10 +167,7 @@ def check_request(
         # transfer encoding to carry it.
         raise InvalidRequest("stream: streaming needs HTTP/1.1 or later", param="stream")
 
-    max_tokens = parsed.max_tokens
-    param = "max_tokens"
-    if isinstance(parsed, _ChatBody) and parsed.max_completion_tokens is not None:
-        max_tokens, param = parsed.max_completion_tokens, "max_completion_tokens"
+    max_tokens, param = parsed.max_tokens, parsed.max_tokens_param
     max_model_len = models[parsed.model]
     if max_tokens is not None and max_model_len is not None and max_tokens > max_model_len:
         raise InvalidRequest(
@@ -199,36 +175,51 @@ def check_request(
             param=param,
         )
 
-    prompts = _prompts_of(parsed)
+    prompts = parsed.prompts
     if len(prompts) > limits.max_batch:
+        field = "input" if route == "embeddings" else "prompt"
         raise InvalidRequest(
-            f"prompt: a batch of {len(prompts)} prompts; at most {limits.max_batch}",
-            param="prompt",
+            f"{field}: a batch of {len(prompts)} prompts; at most {limits.max_batch}",
+            param=field,
         )
     if max_model_len is not None:
-        _check_token_ids_fit(prompts, max_tokens, max_model_len)
-    wants_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-    upstream, salt = owned_body(body, cache_scope)
+        _check_token_ids_fit(prompts, max_tokens, max_model_len, parsed.generates)
+    response_id = f"resp_{request_id}" if route == "responses" and request_id else None
+    upstream, salt = owned_body(
+        body, cache_scope, salted=route != "embeddings", request_id=response_id
+    )
+    chunked = parsed.stream and route in CHUNK_ROUTES
+    forward_chunk_usage = chunked and parsed.wants_usage and _continuous(body)
+    if chunked:
+        upstream = _with_usage(upstream, parsed, exact_usage)
     return CompletionJob(
         route=route,
         model=parsed.model,
         stream=parsed.stream,
         max_tokens=max_tokens,
         n=parsed.n,
-        wants_usage=wants_usage,
+        wants_usage=parsed.wants_usage,
         prompts=prompts,
         max_model_len=max_model_len,
-        upstream_body=_encode_upstream(upstream, parsed.stream and not wants_usage),
+        upstream_body=_encode(upstream),
         cache_salt=salt,
+        generates=parsed.generates,
+        chunk_usage=forward_chunk_usage or (chunked and exact_usage),
+        forward_chunk_usage=forward_chunk_usage,
+        tokenize_body=parsed.tokenize_body,
+        response_id=response_id,
+        previous_response_id=parsed.previous_response_id,
     )
 
 
-def _check_token_ids_fit(prompts: tuple[Prompt, ...], max_tokens: int | None, limit: int) -> None:
+def _check_token_ids_fit(
+    prompts: tuple[Prompt, ...], max_tokens: int | None, limit: int, generates: bool
+) -> None:
     longest = max(prompt.counted for prompt in prompts)
-    if longest + 1 > limit:
+    if longest + generates > limit:
         raise TooLong(
             f"prompt: {longest} tokens; the model's context is {limit} tokens"
-            " (prompt plus at least one generated token)",
+            + (" (prompt plus at least one generated token)" if generates else ""),
             param="prompt",
         )
     if max_tokens is not None and longest + max_tokens > limit:
@@ -239,17 +230,33 @@ def _check_token_ids_fit(prompts: tuple[Prompt, ...], max_tokens: int | None, li
         )
 
 
-def _encode_upstream(body: dict[str, Any], add_usage: bool) -> bytes:
-    """The body sent to the engine: the client's (its owned fields applied),
-    plus a request for the usage chunk on streams (the gateway counts tokens
-    from it and drops it again if the client did not ask for it)."""
-    if add_usage:
-        options = dict(body.get("stream_options") or {})
+def _continuous(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("continuous_usage_stats") is True
+
+
+def _with_usage(body: dict[str, Any], parsed: Parsed, exact: bool) -> dict[str, Any]:
+    """A chunked stream asks the engine for its usage: in the last chunk
+    (the gateway counts tokens from it, and drops it again if the client did
+    not ask for it), and in every chunk when ``exact`` (a stream cut short
+    is then charged what the engine says it generated; the relay strips the
+    per-chunk usage again where the client did not ask for it)."""
+    if parsed.wants_usage and not exact:
+        return body
+    options = dict(body.get("stream_options") or {})
+    if not parsed.wants_usage:
         options["include_usage"] = True
-        # Usage in the last chunk only: with continuous stats the engine
-        # would put it in every chunk, which the client did not ask for.
+        # Usage in the last chunk only, unless ``exact``: with continuous
+        # stats the engine would put it in every chunk, which the client
+        # did not ask for.
         options["continuous_usage_stats"] = False
-        body = {**body, "stream_options": options}
+    if exact:
+        options["continuous_usage_stats"] = True
+    return {**body, "stream_options": options}
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    """The body sent to the engine, encoded once."""
     try:
         return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     except UnicodeEncodeError:
@@ -260,46 +267,3 @@ def _encode_upstream(body: dict[str, Any], add_usage: bool) -> bytes:
         ) from None
     except RecursionError:
         raise InvalidRequest("the request body is nested too deeply") from None
-
-
-_UNION_TAGS = {"str", "int", "bool", "float", "dict", "list", "none"}
-
-
-def _param_of(loc: tuple[int | str, ...]) -> str | None:
-    """The field path of a validation error, without pydantic's union-branch
-    tags (``prompt.str``, ``prompt.list[int]``)."""
-    parts: list[str] = []
-    for part in loc:
-        if isinstance(part, str) and (part in _UNION_TAGS or "[" in part):
-            break
-        parts.append(str(part))
-    return ".".join(parts) or None
-
-
-def _prompts_of(parsed: _Common) -> tuple[Prompt, ...]:
-    """The request's prompts: one for a chat, one per batch entry for a
-    completion whose ``prompt`` is a list of strings or of token-id lists."""
-    if isinstance(parsed, _ChatBody):
-        texts: list[str] = []
-        for message in parsed.messages:
-            if isinstance(message.content, str):
-                texts.append(message.content)
-            elif message.content:
-                texts.extend(
-                    str(part.get("text", "")) for part in message.content if isinstance(part, dict)
-                )
-        return (Prompt(text="\n".join(texts)),)
-    assert isinstance(parsed, _CompletionBody)
-    prompt = parsed.prompt
-    if not prompt:
-        raise InvalidRequest("prompt: must not be empty", param="prompt")
-    if isinstance(prompt, str):
-        return (Prompt(text=prompt),)
-    if all(isinstance(item, str) for item in prompt):
-        return tuple(Prompt(text=str(item)) for item in prompt)
-    if all(isinstance(item, int) for item in prompt):
-        return (Prompt(ids=tuple(int(i) for i in prompt)),)
-    batch = tuple(Prompt(ids=tuple(item)) for item in prompt if isinstance(item, list))
-    if any(not p.ids for p in batch):
-        raise InvalidRequest("prompt: a prompt of the batch is empty", param="prompt")
-    return batch

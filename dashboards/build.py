@@ -272,7 +272,8 @@ def gateway_dashboard() -> dashboard.Dashboard:
             single(
                 "Shared state up",
                 ("min(gateway_shared_state_up)", "up"),
-                description="1 while every replica reaches Redis; 0: some replica admits on its share.",
+                description="1 while every replica reaches Redis; 0: some replica admits on its"
+                " share. No data: no replica shares state (no GATEWAY_REDIS_URL), nothing to be down.",
             )
         )
         .with_panel(

@@ -6,6 +6,7 @@ whole group: vLLM's engine core is a child that outlives a kill of its
 parent alone.
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -27,6 +28,22 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_port_with(*offsets: int) -> int:
+    """A free port whose neighbours at ``offsets`` are free too (an engine's
+    KV cache events beside its HTTP port)."""
+    for _ in range(100):
+        port = free_port()
+        try:
+            with contextlib.ExitStack() as held:
+                for offset in offsets:
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port + offset))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no free port with free ports at {offsets} beside it")
 
 
 class ManagedProcess:

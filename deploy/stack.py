@@ -16,6 +16,8 @@ The trace backend (``deploy/traces/run.sh``) when ``make trace-backend`` has
 installed it, unless ``TRACES=off``: its UI and OTLP/HTTP on ``TRACES_PORT``
 (6006), OTLP/gRPC on ``TRACES_GRPC_PORT`` (4317); the gateways and the
 engines then export their traces to it.
+Each engine publishes its KV cache events on its port + 5, replayed on + 6
+(8006 and 8007 beside 8001), and the gateways subscribe to them.
 Engine size from ENGINE_KV_BLOCKS, ENGINE_MAX_NUM_SEQS and ENGINE_MODEL_NAME.
 On a small machine every engine shares the engine cores (``ENGINE_CPUS``):
 the last core stays for the gateways and their clients.
@@ -23,7 +25,7 @@ the last core stays for the gateways and their clients.
 Every ``GATEWAY_*`` variable of the caller reaches every gateway as it is
 (``make up GATEWAY_QUEUE_TIMEOUT=5``); the stack itself sets only what it
 owns (ports, the engines, Redis) and, unless the caller does, the gateways'
-sequence cap to the engine's.
+sequence cap to the engine's and where the engines' KV cache events are.
 """
 
 import os
@@ -45,6 +47,8 @@ PROMETHEUS_TEMPLATE = ROOT / "deploy" / "prometheus" / "prometheus.local.yml"
 ADMIN_PORT = 9100
 # vLLM's --max-num-seqs on the CPU when ENGINE_MAX_NUM_SEQS leaves it unset.
 CPU_ENGINE_MAX_NUM_SEQS = 128
+# Each engine's KV cache events, and their replay, beside its HTTP port.
+KV_EVENTS_OFFSET = 5
 # After the gateways' shutdown timeout, how long honcho still waits before it
 # kills what is left.
 KILL_MARGIN_SECONDS = 5.0
@@ -65,10 +69,17 @@ def gateway_environment(env: dict[str, str], engine_urls: list[str]) -> dict[str
     """What every local gateway runs with: the caller's environment, every
     ``GATEWAY_*`` in it as it is, the engines, and where the caller sets none,
     as many sequences at once as the engine runs (the settings' default, 256,
-    is the GPU engine's; the CPU engine runs 128 unless told otherwise)."""
+    is the GPU engine's; the CPU engine runs 128 unless told otherwise),
+    prompts counted with the engines' own tokenizer files, which are on this
+    host (no round trip to the engine per request), and the engines' KV cache
+    events."""
     seqs = env.get("ENGINE_MAX_NUM_SEQS") or str(CPU_ENGINE_MAX_NUM_SEQS)
+    model_dir = ROOT / env.get("ENGINE_MODEL_DIR", ".models/tiny")
     return {
         "GATEWAY_MAX_CONCURRENCY": seqs,
+        "GATEWAY_TOKENIZER_DIR": str(model_dir),
+        "GATEWAY_KV_EVENTS_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET}}}",
+        "GATEWAY_KV_EVENTS_REPLAY_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET + 1}}}",
         **env,
         "GATEWAY_UPSTREAM_URLS": ",".join(engine_urls),
     }
@@ -131,7 +142,12 @@ def main() -> int:
         manager.add_process(
             f"engine-{i}" if engines > 1 else "engine",
             "exec deploy/engine/run-cpu.sh",
-            env={**env, **engine_traces, "ENGINE_PORT": str(engine_port + 10 * i)},
+            env={
+                **env,
+                **engine_traces,
+                "ENGINE_PORT": str(engine_port + 10 * i),
+                "ENGINE_KV_EVENTS_PORT": str(engine_port + 10 * i + KV_EVENTS_OFFSET),
+            },
             cwd=str(ROOT),
         )
 
@@ -185,7 +201,8 @@ def main() -> int:
     else:
         print(
             "prometheus not found: the stack runs without it. Install it to keep metrics"
-            " history on :9090 (Debian/Ubuntu: apt-get install prometheus).",
+            " history on :9090 (Debian/Ubuntu: apt-get install --no-install-recommends"
+            " prometheus; then systemctl disable --now prometheus, or PROMETHEUS_PORT).",
             flush=True,
         )
 

@@ -33,9 +33,15 @@ def engine(
         # default), a second to the batch: tests/e2e/test_traces.py.
         "ENGINE_OTLP_TRACES_ENDPOINT": trace_backend.otlp_grpc,
         "OTEL_BSP_SCHEDULE_DELAY": "1000",
+        # The Responses API keeps each response in the engine (retrieve,
+        # continue, cancel): tests/e2e/test_responses.py.
+        "VLLM_ENABLE_RESPONSES_API_STORE": "1",
         **SMALL_ENGINE,
     }
-    with running_engine("engine", tmp_path_factory.mktemp("engine"), env) as started:
+    # Its KV cache events beside its port (KV_EVENTS): tests/e2e/fleet/test_kv_events.py.
+    with running_engine(
+        "engine", tmp_path_factory.mktemp("engine"), env, kv_events=True
+    ) as started:
         yield started
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.errors import InvalidRequest
-from app.owned_fields import OWNED_FIELDS, SALT, CacheScope
+from app.owned_fields import ENGINE_XARGS, OWNED_FIELDS, SALT, CacheScope
 from app.validation import CompletionJob, Limits, check_request
 from tests.support.asgi import in_process_gateway
 from tests.support.keys import key_entry, write_keys_file
@@ -41,12 +41,17 @@ def tenant_salt(tenant: str) -> str:
 def test_no_owned_field_reaches_the_engine_as_the_client_sent_it_when_the_gateway_decides(
     name: str, scope: CacheScope | None
 ) -> None:
-    job = check({**CHAT, name: "from-the-client", "temperature": 0.5}, scope)
-    if scope is None and OWNED_FIELDS[name] == "salted":
+    rule = OWNED_FIELDS[name]
+    # A filtered field is an object: the keys the gateway owns in it go.
+    value: object = {key: "from-the-client" for key in ENGINE_XARGS}
+    if rule != "filtered":
+        value = "from-the-client"
+    job = check({**CHAT, name: value, "temperature": 0.5}, scope)
+    if scope is None and rule == "salted":
         # Nothing for the gateway to decide: the client's own salt.
         assert sent(job)[name] == "from-the-client"
     else:
-        assert sent(job).get(name) != "from-the-client"
+        assert sent(job).get(name) != value
     assert sent(job)["temperature"] == 0.5
 
 
@@ -55,6 +60,32 @@ def test_the_engines_priority_and_request_id_are_stripped() -> None:
     assert "priority" not in sent(job)
     assert "request_id" not in sent(job)
     assert sent(job)["messages"] == CHAT["messages"]
+
+
+def test_pd_transfer_parameters_are_stripped_and_xargs_keep_only_the_clients_own() -> None:
+    xargs = {"my_processor": 3, "session_id": "s-1", "kv_cache_report_mode": "full"}
+    job = check(
+        {
+            **CHAT,
+            "kv_transfer_params": {"do_remote_prefill": True, "remote_host": "10.0.0.9"},
+            "ec_transfer_params": {"remote_host": "10.0.0.9"},
+            "vllm_xargs": {**xargs, "kv_transfer_params": "x", "ec_transfer_params": "y"},
+            "session_id": "s-1",
+        },
+        None,
+    )
+    assert "kv_transfer_params" not in sent(job)
+    assert "ec_transfer_params" not in sent(job)
+    assert sent(job)["vllm_xargs"] == {"my_processor": 3, "session_id": "s-1"}
+    assert sent(job)["session_id"] == "s-1"
+    only_owned = check({**CHAT, "vllm_xargs": {"kv_cache_report_mode": "full"}}, None)
+    assert "vllm_xargs" not in sent(only_owned)
+
+
+def test_xargs_that_are_not_an_object_are_a_400() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        check({**CHAT, "vllm_xargs": ["kv_cache_report_mode"]}, None)
+    assert caught.value.param == "vllm_xargs"
 
 
 def test_a_tenants_requests_are_salted_by_its_name_the_same_everywhere() -> None:

@@ -139,6 +139,17 @@ async def test_a_client_traceparent_is_the_server_span_parent(spans: InMemorySpa
     assert CLIENT_SPAN not in traceparent
 
 
+async def test_a_request_not_sampled_tells_the_engine_so(spans: InMemorySpanExporter) -> None:
+    """Unsampled here (its client says so), the engine gets the unsampled
+    context: left without one, vLLM would start a trace of its own."""
+    client = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-00"
+    async with in_process_gateway() as gateway:
+        traceparent = await stream_to_its_end(gateway, {"traceparent": client})
+    assert traceparent.startswith(f"00-{CLIENT_TRACE}-")
+    assert traceparent.endswith("-00")
+    assert not named(spans, "POST /v1/completions")
+
+
 async def test_a_request_refused_in_the_queue_has_spans_that_say_so(
     spans: InMemorySpanExporter,
 ) -> None:

@@ -5,12 +5,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app.admission.demand import Demand
+from app.admission.forecast import QueuePlace
 from app.engine.stats import EngineStats
 from app.engine.view import EngineView
 from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
 from app.routing.base import EngineLoad, RouteRequest
+from app.routing.block_index import PromptBlocks
 from app.routing.router import Router
 from app.validation import CompletionJob
 
@@ -18,12 +20,16 @@ from app.validation import CompletionJob
 @dataclass(frozen=True)
 class AdmissionRequest:
     """What admission decides on: the checked request, its worst-case
-    demand on the KV cache, who it is for, and its prompt's prefix key."""
+    demand on the KV cache, who it is for, its prompt's prefix key, the one
+    engine it may go to, if any (it continues state held there), and its
+    prompt as the engines' caches are looked up with (token ids known)."""
 
     job: CompletionJob
     demand: Demand
     identity: Identity
     affinity: int | None = None
+    pinned: str | None = None
+    prompt: PromptBlocks | None = None
 
 
 class Hold(Protocol):
@@ -43,6 +49,10 @@ class Admission(Protocol):
     ) -> Hold:
         """Wait until the request may go to an engine (not one of
         ``excluded``: a retry), or raise a ``GatewayError``."""
+
+    def place(self, request_id: str) -> QueuePlace | None:
+        """Where the request of ``request_id`` (its engine request id) stands
+        in the queue; None when it is not queued."""
 
     def start_draining(self) -> None:
         """Refuse queued and new requests from now on."""
@@ -99,12 +109,21 @@ class Unlimited:
             EngineLoad(url, state.in_flight, 1.0, 0.0, True, state.view.routable, state.view.models)
             for url, state in self.engines.items()
         ]
-        route = RouteRequest(request.job.model, request.affinity, frozenset(excluded))
+        route = RouteRequest(
+            request.job.model,
+            request.affinity,
+            frozenset(excluded),
+            request.pinned,
+            request.prompt,
+        )
         choice = self._router.choose(route, loads)
         if choice is None:
             raise EngineUnavailable("no engine is available for this model", retry_after=1)
         self.engines[choice.engine].in_flight += 1
         return _CountedHold(self, choice.engine)
+
+    def place(self, request_id: str) -> QueuePlace | None:
+        return None  # nothing waits here
 
     def start_draining(self) -> None:
         return None

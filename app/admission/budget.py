@@ -102,10 +102,19 @@ class EngineBudget:
         return self.num_blocks * self.block_size
 
     @property
-    def budget_blocks(self) -> int | None:
+    def usable_blocks(self) -> int | None:
+        """What the engine's requests can hold: vLLM keeps one block of its
+        cache for itself (the block pool's null block)."""
         if self.num_blocks is None:
             return None
-        return math.floor(self.num_blocks * self.factor * self.share)
+        return max(1, self.num_blocks - 1)
+
+    @property
+    def budget_blocks(self) -> int | None:
+        usable = self.usable_blocks
+        if usable is None:
+            return None
+        return math.floor(usable * self.factor * self.share)
 
     @property
     def max_sequences(self) -> int:
@@ -222,7 +231,8 @@ class EngineBudget:
         self, preemptions_total: float, kv_usage: float, queued: bool, ceiling: float
     ) -> None:
         """One tick of the engine's facts (about once a second): AIMD on the
-        overcommit factor, never above ``ceiling``."""
+        overcommit factor, never above ``ceiling`` (lowered to it at once
+        when what completed requests justify falls)."""
         config = self.config
         last, self._last_preemptions = self._last_preemptions, preemptions_total
         if last is not None and preemptions_total > last:
@@ -230,6 +240,7 @@ class EngineBudget:
             self._hold = config.hold_after_backoff
             self._calm_ticks = 0
             return
+        self.factor = max(config.min_factor, min(ceiling, self.factor))
         if self._hold > 0:
             self._hold -= 1
             return

@@ -17,7 +17,14 @@ from app.admission.base import AdmissionRequest
 from app.admission.budget import BudgetConfig
 from app.admission.demand import refuse_if_it_can_never_fit
 from app.admission.estimate import PromptTokenEstimator
-from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
+from app.admission.policy import (
+    AdmissionPolicy,
+    PolicyConfig,
+    QueueFull,
+    QueuePlace,
+    Reservation,
+    Waiter,
+)
 from app.admission.shared import SharedBudgets
 from app.engine.monitor import engine_label
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
@@ -25,6 +32,7 @@ from app.engine.view import EngineView
 from app.errors import Draining, OverCapacity
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
+from app.routing.block_index import block_chain
 from app.routing.prefix_key import CHUNK_CHARS, prefix_chain
 from app.routing.router import Router
 from app.settings import Settings
@@ -35,8 +43,10 @@ from app.validation import CompletionJob
 # How often a replica with requests waiting re-reads the fleet's holdings.
 _LOOK_AGAIN = 0.1
 # How much of a prompt's prefix is tracked for prefix-aware demand (pieces of
-# CHUNK_CHARS characters: 64 × 256 = 16k characters, a few thousand tokens).
+# CHUNK_CHARS characters: 64 × 256 = 16k characters, a few thousand tokens;
+# or, for a prompt of known token ids, of PIECE_TOKENS tokens).
 PREFIX_PIECES = 64
+PIECE_TOKENS = 64
 
 
 class AdmissionController:
@@ -72,6 +82,9 @@ class AdmissionController:
         self._fixed_blocks = settings.kv_blocks
         self._fixed_block_size = settings.kv_block_size
         self._draining = False
+        # The queued requests by engine request id (their place, asked by
+        # a stream that reports it).
+        self._queued: dict[str, Waiter] = {}
         self._shared = None if fleet is None else SharedBudgets(fleet, self.policy, metrics)
         self._kick = asyncio.Event()
         if self._shared is not None:
@@ -96,9 +109,9 @@ class AdmissionController:
             raise self._draining_error()
         policy, job, demand = self.policy, request.job, request.demand
         caches = [
-            (b.num_blocks, b.block_size)
+            (b.usable_blocks, b.block_size)
             for b in policy.engines.values()
-            if b.num_blocks and b.block_size and job.model in b.models
+            if b.usable_blocks and b.block_size and job.model in b.models
         ]
         refuse_if_it_can_never_fit(job, self.estimator, caches)
         now = time.monotonic()
@@ -113,7 +126,9 @@ class AdmissionController:
             model=job.model,
             excluded=frozenset(excluded),
             affinity=request.affinity,
-            prefix=self._prefix(job),
+            pinned=request.pinned,
+            prefix=prefix_pieces(job, self.estimator),
+            prompt=request.prompt,
             size=len(job.upstream_body),
         )
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
@@ -126,27 +141,23 @@ class AdmissionController:
                 reason="queue_full",
                 retry_after=full.retry_after,
             ) from None
-        self._dispatch()
-        if not future.done():
-            await self._wait(waiter, future)
+        self._queued[record.engine_request_id] = waiter
+        try:
+            self._dispatch()
+            if not future.done():
+                await self._wait(waiter, future)
+        finally:
+            del self._queued[record.engine_request_id]
         reservation = future.result()
         self._metrics.queue_wait.observe(time.monotonic() - waiter.arrival)
         self._count_route(reservation)
         return KvHold(self, reservation, request)
 
-    def _prefix(self, job: CompletionJob) -> tuple[tuple[int, int], ...]:
-        """The first prompt's prefix pieces, with the tokens (estimated) up
-        to the end of each."""
-        text = job.prompts[0].text
-        chain = prefix_chain(text, PREFIX_PIECES, job.cache_salt)
-        return tuple(
-            (piece, self.estimator.estimate(job.route, (i + 1) * CHUNK_CHARS))
-            for i, piece in enumerate(chain)
-        )
-
     def _count_route(self, reservation: Reservation) -> None:
         m, choice = self._metrics, reservation.choice
         m.engine_routed.labels(engine_label(reservation.engine)).inc()
+        if choice is not None and choice.fallback is not None:
+            m.kv_fallbacks.labels(choice.fallback).inc()
         if choice is None or choice.preferred is None:
             return
         if choice.engine == choice.preferred:
@@ -169,6 +180,10 @@ class AdmissionController:
         if not future.done() and self.policy.remove(waiter):
             self._publish()
             raise self._queue_timeout_error(waiter)
+
+    def place(self, request_id: str) -> QueuePlace | None:
+        waiter = self._queued.get(request_id)
+        return None if waiter is None else self.policy.place(waiter)
 
     def start_draining(self) -> None:
         self._draining = True
@@ -340,3 +355,21 @@ class KvHold:
             prompt = (record.prompt_tokens or request.demand.prompt_tokens) * request.job.n
             used = (prompt, record.completion_tokens)
         self._controller.give_back(self.reservation, used)
+
+
+def prefix_pieces(
+    job: CompletionJob, estimator: PromptTokenEstimator
+) -> tuple[tuple[int, int], ...]:
+    """The first prompt's prefix pieces (prefix-aware demand), with the
+    tokens up to the end of each: counted, for a prompt whose token ids are
+    known; else estimated from its text."""
+    ids = job.prompts[0].ids
+    if ids:
+        chain = block_chain(ids, PIECE_TOKENS, job.cache_salt, PREFIX_PIECES)
+        return tuple((piece, (i + 1) * PIECE_TOKENS) for i, piece in enumerate(chain))
+    text = job.prompts[0].text
+    chain = prefix_chain(text, PREFIX_PIECES, job.cache_salt)
+    return tuple(
+        (piece, estimator.estimate(job.route, (i + 1) * CHUNK_CHARS))
+        for i, piece in enumerate(chain)
+    )

@@ -1,8 +1,8 @@
 """What a request asks of the engine's KV cache, and refusing up front what
 can never fit.
 
-A prompt given as token ids is counted exactly; a text prompt's tokens are
-estimated (``PromptTokenEstimator``). The estimate is good on average but can
+A prompt given as token ids (or counted) is counted exactly; a text
+prompt's tokens are estimated (``PromptTokenEstimator``). The estimate is good on average but can
 be wrong for odd text (a long run of one character is a few tokens per many
 characters), so a text prompt is only *certainly* as long as
 ``CERTAIN_SHARE`` of its estimate: requests are refused on that lower bound,
@@ -18,12 +18,15 @@ from app.validation import CompletionJob, Prompt
 
 # A text prompt has at least this share of its estimated tokens.
 CERTAIN_SHARE = 0.5
+# The field a route's prompt comes in.
+_PROMPT_PARAM = {"chat": "messages", "responses": "input", "embeddings": "input"}
 
 
 @dataclass(frozen=True)
 class Demand:
     """One request's worst case: ``seq_tokens`` holds prompt + output tokens
-    of the sequence of each prompt; each runs ``n`` times."""
+    of the sequence of each prompt (no output for an embedding); each runs
+    ``n`` times. A continued response's earlier turns count as prompt."""
 
     seq_tokens: tuple[int, ...]
     n: int
@@ -49,7 +52,9 @@ def demand_of(job: CompletionJob, estimator: PromptTokenEstimator) -> Demand:
     prompt_total = 0
     for prompt in job.prompts:
         tokens = _estimate(job, prompt, estimator)
-        output = job.max_tokens or max(1, (job.max_model_len or tokens + 1) - tokens)
+        output = 0
+        if job.generates:
+            output = job.max_tokens or max(1, (job.max_model_len or tokens + 1) - tokens)
         seq_tokens.append(tokens + output)
         prompt_total += tokens
     return Demand(seq_tokens=tuple(seq_tokens), n=job.n, prompt_tokens=prompt_total)
@@ -68,18 +73,18 @@ def refuse_if_it_can_never_fit(
     certain = [_certain(job, prompt, estimator) for prompt in job.prompts]
     limit = job.max_model_len
     longest = max(certain)
-    if limit is not None and longest + 1 > limit:
+    if limit is not None and longest + job.generates > limit:
         about = "" if all(p.ids for p in job.prompts) else "at least "
         raise TooLong(
             f"the prompt is {about}{longest} tokens; the model's context is {limit} tokens"
             " (prompt plus at least one generated token)",
-            param="messages" if job.route == "chat" else "prompt",
+            param=_PROMPT_PARAM.get(job.route, "prompt"),
         )
     if not caches:
         return
 
     def smallest(block_size: int) -> int:
-        return sum(math.ceil((tokens + 1) / block_size) for tokens in certain) * job.n
+        return sum(math.ceil((tokens + job.generates) / block_size) for tokens in certain) * job.n
 
     if all(smallest(block_size) > blocks for blocks, block_size in caches):
         blocks, block_size = max(caches, key=lambda cache: cache[0] * cache[1])
@@ -93,11 +98,12 @@ def refuse_if_it_can_never_fit(
 
 def _estimate(job: CompletionJob, prompt: Prompt, estimator: PromptTokenEstimator) -> int:
     if prompt.ids:
-        return prompt.counted
-    return estimator.estimate(job.route, len(prompt.text))
+        return job.history_tokens + prompt.counted
+    return job.history_tokens + estimator.estimate(job.route, len(prompt.text))
 
 
 def _certain(job: CompletionJob, prompt: Prompt, estimator: PromptTokenEstimator) -> int:
     if prompt.ids:
-        return prompt.counted
-    return math.floor(estimator.estimate(job.route, len(prompt.text)) * CERTAIN_SHARE)
+        return job.history_tokens + prompt.counted
+    estimated = estimator.estimate(job.route, len(prompt.text))
+    return job.history_tokens + math.floor(estimated * CERTAIN_SHARE)

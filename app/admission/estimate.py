@@ -14,7 +14,7 @@ corpus is checked by a test.
 from dataclasses import dataclass
 
 _DEFAULT_CHARS_PER_TOKEN = 4.0
-_DEFAULT_OVERHEAD = {"chat": 16.0, "completions": 1.0}
+_DEFAULT_OVERHEAD = {"chat": 16.0, "completions": 1.0, "responses": 16.0, "embeddings": 1.0}
 _MIN_SAMPLES = 8
 _DECAY = 0.99
 

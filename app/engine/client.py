@@ -155,21 +155,31 @@ class EngineClient:
         return self._session
 
     async def open(
-        self, engine: str, path: str, body: bytes, request_id: str, *, stream: bool
+        self,
+        engine: str,
+        path: str,
+        body: bytes,
+        request_id: str,
+        *,
+        stream: bool,
+        timeout: float | None = None,
     ) -> EngineResponse:
         """Send a request and return once the engine's response headers are in.
 
         The body is left unread. A non-2xx answer is read (it is small) and
         raised as ``EngineStatusError``; the caller owns a 2xx response and
-        must close it.
+        must close it. ``timeout``: the whole call's limit, for small calls
+        (else the streaming or non-streaming idle limit).
         """
         post = self._http().post
         headers = {"content-type": "application/json", "x-request-id": request_id}
         _TRACE_CONTEXT.inject(headers)
-        timeout = self._stream_timeout if stream else self._non_stream_timeout
+        limits = self._stream_timeout if stream else self._non_stream_timeout
+        if timeout is not None:
+            limits = aiohttp.ClientTimeout(total=timeout)
         try:
             try:
-                response = await post(engine + path, data=body, headers=headers, timeout=timeout)
+                response = await post(engine + path, data=body, headers=headers, timeout=limits)
             except aiohttp.ClientConnectorError:
                 raise  # never connected: nothing to send again
             except _BROKEN_BEFORE_ANSWER:
@@ -178,7 +188,7 @@ class EngineClient:
                 # it; a reset when the close raced the send). Once more, on
                 # another connection. (aiohttp does so itself only for
                 # idempotent methods.)
-                response = await post(engine + path, data=body, headers=headers, timeout=timeout)
+                response = await post(engine + path, data=body, headers=headers, timeout=limits)
         except _FAILURES as exc:
             raise _gateway_error(exc, answering=False, pool_full=self._open >= self._limit) from exc
         self._heard_at[engine] = time.monotonic()

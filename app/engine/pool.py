@@ -18,6 +18,11 @@ name, the list is resolved again every few seconds: engines that appear are
 monitored, engines that disappear are forgotten (what they still run
 finishes). ``/v1/models`` is the union of what the engines that are up
 serve.
+
+With ``GATEWAY_KV_EVENTS_ENDPOINT``, each engine also has a subscriber to
+its KV cache events beside its monitor (``app.engine.kv_events``), found
+beside its URL and started and forgotten with it; it keeps the engine's
+``BlockIndex`` in ``kv_indexes``, which routing reads.
 """
 
 import asyncio
@@ -26,12 +31,17 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
+import zmq.asyncio
+
 from app.engine.client import EngineClient
 from app.engine.discovery import engine_urls, is_dns, resolve
+from app.engine.kv_events import endpoint_for
+from app.engine.kv_subscriber import KvEventSubscriber
 from app.engine.monitor import ChangeListener, EngineMonitor, StatsListener, engine_label
 from app.engine.view import EngineView
 from app.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
+from app.routing.block_index import BlockIndex
 from app.settings import Settings
 
 log = logging.getLogger("gateway.engine")
@@ -50,6 +60,15 @@ class EnginePool:
         self._change_listeners: list[ChangeListener] = []
         self._stats_listeners: list[StatsListener] = []
         self._forget_listeners: list[Callable[[str], None]] = []
+        # What each engine reports holding (KV cache events), by URL.
+        self.kv_indexes: dict[str, BlockIndex] = {}
+        self._kv: dict[str, KvEventSubscriber] = {}
+        self._kv_context: zmq.asyncio.Context | None = None
+        if settings.kv_events_endpoint is not None:
+            # A template that cannot make an endpoint fails the start.
+            for template in (settings.kv_events_endpoint, settings.kv_events_replay_endpoint):
+                if template is not None:
+                    endpoint_for(template, "http://127.0.0.1:8000")
 
     # --- listeners (admission) ----------------------------------------------
 
@@ -92,6 +111,8 @@ class EnginePool:
             for task in self._tasks.values():
                 with suppress(asyncio.CancelledError):
                     await task
+            if self._kv_context is not None:
+                self._kv_context.destroy(linger=0)
 
     async def _discover(self) -> None:
         urls = await resolve(self._configured[0]) if is_dns(self._configured) else self._configured
@@ -105,21 +126,49 @@ class EnginePool:
                 )
                 self.monitors[url] = monitor
                 self.views[url] = view = _PooledView(self, monitor)
+                self._subscribe(url)
                 for announce in self._engine_listeners:
                     announce(view)
         for url in [u for u in self.monitors if u not in urls]:
             log.warning("engine %s no longer discovered: forgotten", url)
             del self.monitors[url]
             del self.views[url]
-            task = self._tasks.pop(url, None)
-            if task is not None:
-                task.cancel()
+            for key in (url, _kv_task(url)):
+                task = self._tasks.pop(key, None)
+                if task is not None:
+                    task.cancel()
+            self._kv.pop(url, None)
+            self.kv_indexes.pop(url, None)
             for listener in self._forget_listeners:
                 listener(url)
             self._metrics.forget_engine(engine_label(url))
 
     def _start_monitor(self, url: str) -> None:
         self._tasks[url] = asyncio.create_task(self.monitors[url].run(), name=f"engine {url}")
+        subscriber = self._kv.get(url)
+        if subscriber is not None:
+            self._tasks[_kv_task(url)] = asyncio.create_task(
+                subscriber.run(), name=f"engine {url} KV events"
+            )
+
+    def _subscribe(self, url: str) -> None:
+        """The engine's KV cache events, when configured (started with its
+        monitor)."""
+        settings = self._settings
+        if settings.kv_events_endpoint is None:
+            return
+        if self._kv_context is None:
+            self._kv_context = zmq.asyncio.Context()
+        replay = settings.kv_events_replay_endpoint
+        self.kv_indexes[url] = index = BlockIndex()
+        self._kv[url] = KvEventSubscriber(
+            engine_label(url),
+            endpoint_for(settings.kv_events_endpoint, url),
+            None if replay is None else endpoint_for(replay, url),
+            index,
+            self._metrics,
+            self._kv_context,
+        )
 
     def _changed(self, url: str) -> None:
         for listener in self._change_listeners:
@@ -150,6 +199,14 @@ class EnginePool:
         """The engines requests may go to now (``routable``)."""
         return [m for m in self.monitors.values() if self.routable(m)]
 
+    def engine_for(self, model: str) -> str | None:
+        """An engine requests may go to that serves ``model`` (the first:
+        for light calls, such as /tokenize, any will do), or None."""
+        for monitor in self.up_engines():
+            if model in monitor.model_names:
+                return monitor.url
+        return None
+
     def candidates(self) -> list[EngineLoad]:
         """Every engine as routing sees it (its filters drop those not routable)."""
         return [
@@ -165,9 +222,16 @@ class EnginePool:
                 "ejected": monitor.ejected,
                 "heard_from_lately": monitor.up,
                 "models": dict(monitor.models),
+                **self._kv_status(url),
             }
             for url, monitor in self.monitors.items()
         ]
+
+    def _kv_status(self, url: str) -> dict[str, Any]:
+        index = self.kv_indexes.get(url)
+        if index is None:
+            return {}
+        return {"kv_events": {"live": index.live, "blocks_held": len(index)}}
 
     def mark_down(self, url: str) -> None:
         monitor = self.monitors.get(url)
@@ -230,3 +294,7 @@ class _PooledView:
     @property
     def models(self) -> frozenset[str]:
         return self._monitor.model_names
+
+
+def _kv_task(url: str) -> str:
+    return f"{url} KV events"

@@ -99,11 +99,16 @@ class StreamSender:
                 wake = self._last_send + self._ping if self._ping else now + limit
             await anyio.sleep(max(0.001, min(wake, now + limit / 2) - now))
 
-    async def _send_ping(self) -> bool:
+    async def comment(self, text: str) -> bool:
+        """Send an SSE comment line (which SSE parsers ignore); False if the
+        client did not take it in time."""
+        return await self._send_ping(b": " + text.encode() + b"\n\n")
+
+    async def _send_ping(self, body: bytes = _PING) -> bool:
         """Send a keep-alive comment; False if the client did not take it in time."""
         self._sending_since = started = time.perf_counter()
         with anyio.move_on_after(self._send_timeout) as scope:
-            await self._send({"type": "http.response.body", "body": _PING, "more_body": True})
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
         if scope.cancelled_caught:
             return False
         self._sending_since = None

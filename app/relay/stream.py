@@ -6,6 +6,11 @@ count for the usage chunk, the ``[DONE]`` marker, an engine error and the
 events sent, and one histogram observation. JSON is parsed only until the
 first token and for the final usage chunk. The sends around it are
 ``app.relay.sse``; the client and the drain are watched by ``app.flight``.
+
+Each route's stream has its own rules, in a relay of its own: a chat or
+completion stream here, one whose chunks each carry the usage so far
+(``app.relay.exact``: a stream charged to a key), the Responses API's named
+events (``app.relay.responses``). ``relay_for`` picks one per request.
 """
 
 from app.errors import UpstreamFailed
@@ -19,6 +24,9 @@ _DONE = b"data: [DONE]"
 
 
 class StreamRelay:
+    # What ends a whole stream.
+    END = "[DONE]"
+
     def __init__(
         self, record: RequestRecord, metrics: GatewayMetrics, *, forward_usage: bool
     ) -> None:
@@ -64,7 +72,7 @@ class StreamRelay:
     def finish(self) -> None:
         """The engine ended the stream: record how it ended."""
         if not self._saw_done:
-            raise UpstreamFailed("the engine ended the stream before [DONE]")
+            raise UpstreamFailed(f"the engine ended the stream before {self.END}")
         if self._engine_error:
             self._record.finish("failed", status=200, error="the engine sent an error event")
         else:

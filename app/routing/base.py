@@ -1,16 +1,25 @@
-"""The routing interfaces: what an engine looks like to routing, and the two
+"""The routing interfaces: what an engine looks like to routing, and the
 kinds of plug-in a route is made of.
 
 A ``Filter`` drops engines a request may not go to (down, another model,
-tried already); a ``Picker`` ranks the rest and picks one (least loaded,
-prefix affinity with bounded load). ``app.routing.router.Router`` runs the
-filters, then the picker: a new policy is a new small class, not an edit
-in admission.
+tried already); a ``CacheView`` says how much of the request's prompt each
+remaining engine already holds in its prefix cache (what the engines report
+of it: ``app.routing.cached``); a ``Picker`` ranks them and picks one (least
+loaded, prefix affinity with bounded load). ``app.routing.router.Router``
+runs the filters, asks the cache view, then the picker: a new policy is a
+new small class, not an edit in admission.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
+
+from app.routing.block_index import PromptBlocks
+
+# Why a request was ranked by its approximate prefix key although the
+# engines' caches can be seen: its prompt's token ids are not known, or an
+# engine's holdings are not (its events are not live).
+Fallback = Literal["token_ids", "events"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,9 @@ class EngineLoad:
     # In routing: not ejected.
     up: bool = True
     models: frozenset[str] = field(default_factory=frozenset)
+    # Leading blocks of the request's prompt its prefix cache holds (None:
+    # not known). Set by the router from its cache view.
+    held: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,11 @@ class RouteRequest:
     affinity: int | None = None
     # Engines it may not go to: tried already (a retry).
     excluded: frozenset[str] = frozenset()
+    # The one engine it may go to (it continues state held there).
+    pinned: str | None = None
+    # Its prompt's token ids and cache salt, when known (what the engines'
+    # prefix caches are looked up with).
+    prompt: PromptBlocks | None = None
 
 
 @dataclass(frozen=True)
@@ -50,11 +67,20 @@ class Choice:
     preferred: str | None = None
     # The preferred engine had room but was loaded past the cap.
     overridden: bool = False
+    # Ranked without what the engines hold although their caches are
+    # watched, and why (None: ranked by it, or not watched).
+    fallback: Fallback | None = None
 
 
 class Filter(Protocol):
     def keep(self, request: RouteRequest, engine: EngineLoad) -> bool:
         """Whether ``request`` may go to ``engine`` at all."""
+
+
+class CacheView(Protocol):
+    def held(self, request: RouteRequest, engine: str) -> int | None:
+        """Leading blocks of ``request``'s prompt that ``engine`` holds in its
+        prefix cache, or None when that is not known now."""
 
 
 class Picker(Protocol):

@@ -1,5 +1,6 @@
 """The filters every route starts with: an engine a request may go to is in
-routing, serves the request's model, and was not tried for it already."""
+routing, serves the request's model, was not tried for it already, and is
+the one it is pinned to, if any."""
 
 from collections.abc import Sequence
 
@@ -25,7 +26,14 @@ class NotTried:
         return engine.id not in request.excluded
 
 
-ELIGIBLE: tuple[Filter, ...] = (InRouting(), ServesModel(), NotTried())
+class PinnedTo:
+    """A request continuing state one engine holds goes there or nowhere."""
+
+    def keep(self, request: RouteRequest, engine: EngineLoad) -> bool:
+        return request.pinned is None or engine.id == request.pinned
+
+
+ELIGIBLE: tuple[Filter, ...] = (InRouting(), ServesModel(), NotTried(), PinnedTo())
 
 
 def eligible(

@@ -7,6 +7,15 @@ the engines by rendezvous hashing (highest random weight): the ranking is
 the same on every gateway replica with no shared state, and when an engine
 joins or leaves, only the keys it wins or held move.
 
+Where the engines report what they hold (their KV cache events: the router
+sets each engine's ``held``, the leading blocks of the prompt it holds), the
+engine that holds the most of the prompt ranks first, and the key's ranking
+only breaks ties — among engines that hold equally much, or nothing yet: a
+new prefix's requests still meet on one engine before any has cached it.
+That replaces a guess (the key is the prompt's first couple of thousand
+characters, and the engine it prefers may have evicted them long ago) with
+what the engine says it holds, block by block.
+
 Affinity alone concentrates load — a hot document sends everyone to one
 engine (the failure users of cache-aware routers report: a hit rate that
 collapses, or a "death spiral" on one replica). So an engine may only take a
@@ -46,7 +55,7 @@ class PrefixAffinity:
             return self._fallback.choose(None, engines)
         if not any(e.fits for e in engines):
             return None
-        ranked = sorted(engines, key=lambda e: _weight(affinity, e.id), reverse=True)
+        ranked = sorted(engines, key=lambda e: (e.held or 0, _weight(affinity, e.id)), reverse=True)
         preferred = ranked[0]
         total = sum(e.in_flight for e in engines)
         weights = sum(e.weight for e in engines) or 1.0

@@ -10,14 +10,21 @@ prompt): requests that agree on their first couple of thousand characters —
 the system prompt and a RAG document, the conversation so far — share it.
 The chain starts from the request's prefix-cache salt, as vLLM's does: two
 requests of different salts share no cached block, so no key either.
+
+A prompt whose token ids are known is keyed by its first ``AFFINITY_TOKENS``
+ids instead (about as much of it as the text key covers), and looked up in
+the engines' caches as blocks (``prompt_blocks``).
 """
 
 import hashlib
+from array import array
 
+from app.routing.block_index import PromptBlocks
 from app.validation import CompletionJob
 
 CHUNK_CHARS = 256
 AFFINITY_CHUNKS = 8
+AFFINITY_TOKENS = 512
 
 
 def prefix_chain(text: str, limit: int | None = None, salt: str | None = None) -> tuple[int, ...]:
@@ -36,9 +43,14 @@ def prefix_chain(text: str, limit: int | None = None, salt: str | None = None) -
 
 
 def affinity_of(job: CompletionJob) -> int | None:
-    """The routing key of a request's (first) prompt; None for prompts given
-    as token ids."""
-    text = job.prompts[0].text
+    """The routing key of a request's (first) prompt: of its first token ids
+    when they are known, else of its text."""
+    prompt = job.prompts[0]
+    if prompt.ids:
+        ids = array("q", prompt.ids[:AFFINITY_TOKENS]).tobytes()
+        digest = hashlib.blake2b(_seed(job.cache_salt) + ids, digest_size=8).digest()
+        return int.from_bytes(digest, "big")
+    text = prompt.text
     if not text:
         return None
     chain = prefix_chain(text, AFFINITY_CHUNKS, job.cache_salt)
@@ -48,6 +60,13 @@ def affinity_of(job: CompletionJob) -> int | None:
         _seed(job.cache_salt) + text.encode("utf-8", "surrogatepass"), digest_size=8
     ).digest()
     return int.from_bytes(short, "big")
+
+
+def prompt_blocks(job: CompletionJob) -> PromptBlocks | None:
+    """The request's (first) prompt as the engines' caches are looked up
+    with, when its token ids are known."""
+    prompt = job.prompts[0]
+    return PromptBlocks(prompt.ids, job.cache_salt) if prompt.ids else None
 
 
 def _seed(salt: str | None) -> bytes:

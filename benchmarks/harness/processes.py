@@ -13,7 +13,14 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from deploy.local import ROOT, ManagedProcess, free_port
+from deploy.local import ROOT, ManagedProcess, free_port, free_port_with
+from deploy.stack import KV_EVENTS_OFFSET
+
+# A gateway's settings for engines started with ``kv_events``.
+KV_EVENTS = {
+    "GATEWAY_KV_EVENTS_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET}}}",
+    "GATEWAY_KV_EVENTS_REPLAY_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET + 1}}}",
+}
 
 
 def model_name() -> str:
@@ -103,11 +110,14 @@ class Processes:
         kv_space_gib: int = 1,
         max_num_seqs: int | None = None,
         cpus: str | None = None,
+        kv_events: bool = False,
     ) -> Service:
         """An engine (``deploy/engine/run-cpu.sh``: CPU build, tiny model,
         pinned to ``cpus``, default ``ENGINE_CPUS`` or the launcher's all
-        cores but the last); call ``wait_ready`` before using it."""
-        port = free_port()
+        cores but the last); ``kv_events``: publishing its KV cache events
+        beside its port, as ``make up``'s (``KV_EVENTS``). Call
+        ``wait_ready`` before using it."""
+        port = free_port_with(KV_EVENTS_OFFSET, KV_EVENTS_OFFSET + 1) if kv_events else free_port()
         env = {
             "ENGINE_PORT": str(port),
             # Set even when unset here: `make` exports the local stack's 24.
@@ -117,6 +127,8 @@ class Processes:
         }
         if cpus is not None:
             env["ENGINE_CPUS"] = cpus
+        if kv_events:
+            env["ENGINE_KV_EVENTS_PORT"] = str(port + KV_EVENTS_OFFSET)
         proc = self._start(name, ["deploy/engine/run-cpu.sh"], env)
         return Service(name, f"http://127.0.0.1:{port}", proc)
 

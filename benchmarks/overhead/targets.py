@@ -18,9 +18,10 @@ from benchmarks.harness import (
     tree_cpu,
     wait_ready,
 )
+from deploy.local import ROOT
 from loadtests.prompts import PromptFactory
 
-TARGETS = ("direct", "router", "off", "on", "before", "traced")
+TARGETS = ("direct", "router", "off", "on", "before", "traced", "tokenizer", "estimate")
 NAMES = {
     "direct": "vLLM direct",
     "router": "vllm-router",
@@ -30,9 +31,24 @@ NAMES = {
     "before": "gateway before, adm. on",
     # Admission on, every request traced into the local trace backend.
     "traced": "gateway, adm. on, traced",
+    # Admission on, prompts counted by the gateway's copy of the tokenizer
+    # (``on`` asks the engine's /tokenize, the default), or estimated.
+    "tokenizer": "gateway, adm. on, own tokenizer",
+    "estimate": "gateway, adm. on, estimated",
 }
 LAYOUTS = ("unpinned", "pinned")
-GATEWAYS = {"off": {"GATEWAY_ADMISSION": "off"}, "on": {}, "before": {}, "traced": {}}
+GATEWAYS = {
+    "off": {"GATEWAY_ADMISSION": "off"},
+    # Prompts counted by the engine's /tokenize (what ``auto``, the
+    # default, comes to without tokenizer files).
+    "on": {"GATEWAY_PROMPT_TOKENS": "engine"},
+    "before": {},
+    "traced": {},
+    "tokenizer": {
+        "GATEWAY_TOKENIZER_DIR": str(ROOT / os.environ.get("ENGINE_MODEL_DIR", ".models/tiny")),
+    },
+    "estimate": {"GATEWAY_PROMPT_TOKENS": "estimate"},
+}
 
 
 def engine_cpus(layout: str) -> str:

@@ -28,6 +28,22 @@ fi
 if [ -n "${ENGINE_MAX_NUM_SEQS:-}" ]; then
   set -- "$@" --max-num-seqs "$ENGINE_MAX_NUM_SEQS"
 fi
+# A pooling engine (embeddings): ENGINE_RUNNER=pooling ENGINE_CONVERT=embed
+# runs a generative model's weights as an embedding model (vLLM's
+# --runner/--convert); unset, vLLM picks (a generative model generates).
+if [ -n "${ENGINE_RUNNER:-}" ]; then
+  set -- "$@" --runner "$ENGINE_RUNNER"
+fi
+if [ -n "${ENGINE_CONVERT:-}" ]; then
+  set -- "$@" --convert "$ENGINE_CONVERT"
+fi
+# KV cache events (what the engine caches and evicts, for the gateway's
+# prefix routing): published on ENGINE_KV_EVENTS_PORT, their replay on the
+# port after it (GATEWAY_KV_EVENTS_ENDPOINT / _REPLAY_ENDPOINT name them).
+if [ -n "${ENGINE_KV_EVENTS_PORT:-}" ]; then
+  replay=$((ENGINE_KV_EVENTS_PORT + 1))
+  set -- "$@" --kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$ENGINE_KV_EVENTS_PORT\", \"replay_endpoint\": \"tcp://*:$replay\"}"
+fi
 # Traces: vLLM's llm_request span per request, a child of the gateway's
 # engine call (the request's traceparent), sent over OTLP/gRPC unless
 # OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf says otherwise.

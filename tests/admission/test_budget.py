@@ -3,15 +3,19 @@
 import pytest
 
 from app.admission.budget import BudgetConfig, EngineBudget
+from app.admission.controller import prefix_pieces
+from app.admission.estimate import PromptTokenEstimator
 from app.admission.fairqueue import Waiter
 from app.engine.view import FixedView
+from app.validation import Limits, check_request
 
 
 def budget(blocks: int | None = 10, block_size: int = 100, **config: float) -> EngineBudget:
     view = FixedView("e", routable=True)
     b = EngineBudget("e", BudgetConfig(**config), view)  # type: ignore[arg-type]
     if blocks is not None:
-        b.set_capacity(blocks, block_size)
+        # ``blocks`` the requests can hold, and the engine's null block.
+        b.set_capacity(blocks + 1, block_size)
     return b
 
 
@@ -145,6 +149,28 @@ def test_a_prefix_requests_share_on_one_engine_is_counted_once() -> None:
     b.release(held)
     assert b.prefixes == {}
     assert b.charged(second) == (11, 1)
+
+
+def test_a_prefix_of_token_ids_is_counted_exactly() -> None:
+    """Prompts given as token ids: their pieces end at counted tokens, so two
+    prompts that share 1,000 leading ids share exactly the blocks of them."""
+    document = list(range(1000))
+
+    def request(question: list[int]) -> Waiter:
+        body = {"model": "m", "prompt": document + question, "max_tokens": 100}
+        job = check_request("completions", body, {"m": None}, Limits(4, 4))
+        w = waiter(1100, seq_tokens=(1100,))
+        w.prefix = prefix_pieces(job, PromptTokenEstimator())
+        return w
+
+    first, second = request([7] * 100), request([8] * 100)
+    assert first.prefix[:15] == second.prefix[:15]
+    assert first.prefix[15][1] == 1024
+    assert first.prefix[15] != second.prefix[15]
+    b = budget(blocks=100, block_size=100)
+    b.reserve(first)
+    # 960 tokens in whole shared pieces: 9 whole blocks of 100.
+    assert b.charged(second) == (11 - 9, 1)
 
 
 def test_prefix_awareness_can_be_turned_off() -> None:

@@ -267,3 +267,43 @@ async def test_one_gateway_gives_a_tenant_with_a_tenth_of_the_load_half() -> Non
         print(f"\none gateway: B's share while both waited {share:.1%} of {window} admissions")
         assert 0.45 <= share <= 0.55
         await _settled(gateway)
+
+
+def test_a_queued_requests_place_is_what_the_fair_order_admits_before_it() -> None:
+    """A heavy tenant queued four requests first; a light tenant's request
+    that arrived later starts, in tokens served, before most of them: its
+    place counts only the heavy tenant's requests that start before it, and
+    every class above."""
+    queue = FairQueue()
+    heavy = [waiter("heavy", at=i) for i in range(4)]
+    for w in heavy:
+        queue.add(w)
+    light = waiter("light", at=10)
+    queue.add(light)
+    urgent = waiter("boss", "high", tokens=50, at=11)
+    queue.add(urgent)
+    low = waiter("light", "low", at=12)
+    queue.add(low)
+    # The order serves: urgent, heavy[0], light, heavy[1..3], low.
+    order = serve_all(queue_copy := _copy(queue))
+    assert order[:3] == [urgent, heavy[0], light]
+    assert queue.ahead_of(light) == (2, 150)
+    assert queue.ahead_of(urgent) == (0, 0)
+    assert queue.ahead_of(heavy[2]) == (4, 350)
+    assert queue.ahead_of(low) == (6, 550)
+    # What ahead_of says matches the order the queue really serves.
+    for w in [*heavy, light, urgent, low]:
+        assert queue.ahead_of(w)[0] == order.index(w)
+    assert len(queue_copy) == 0
+
+
+def serve_all(queue: FairQueue) -> list[Waiter]:
+    return serve(queue, len(queue))
+
+
+def _copy(queue: FairQueue) -> FairQueue:
+    """A queue holding the same waiters, added in the same order."""
+    copy = FairQueue()
+    for w in sorted(queue, key=lambda w: w.arrival):
+        copy.add(w)
+    return copy

@@ -13,7 +13,14 @@ import time
 import pytest
 
 from app.admission.policy import QueueFull
-from tests.admission.test_policy import add, admit, admit_all, policy, waiter
+from tests.admission.test_policy import (
+    add,
+    admit,
+    admit_all,
+    backlog_draining_at_100_tokens_a_second,
+    policy,
+    waiter,
+)
 from tests.support.asgi import Exchange, InProcessGateway, in_process_gateway
 from tests.support.retry_after import COMPLETIONS, admitted, answer, sleep_until, told
 from tests.support.scripted_engine import MODEL, EngineCall
@@ -107,3 +114,29 @@ async def test_a_client_refused_for_capacity_is_told_when_it_will_be_admitted() 
         assert await admitted(gateway, LARGE, obedient)
         assert ending.done()
         assert (await exchange.done()).status == 200
+
+
+def test_a_queued_requests_eta_is_what_goes_before_it_and_its_own_at_the_drain_rate() -> None:
+    p = policy(blocks=1)
+    backlog_draining_at_100_tokens_a_second(p)
+    queued = [add(p, waiter(tokens=100, at=6)) for _ in range(3)]
+    # Whatever the backlog left queued goes first.
+    before = len(list(p.waiters())) - 3
+    place = p.place(queued[2])
+    assert place is not None
+    assert place.position == before + 3
+    assert place.eta_s == pytest.approx((before + 3) * 1.0, rel=0.25)
+    # Not queued (admitted, or never there): no place.
+    assert p.place(waiter(tokens=100, at=6)) is None
+
+
+def test_before_the_drain_rate_is_measured_the_eta_assumes_the_cache_turns_over() -> None:
+    # A cache of 10 blocks of 100 (9 for requests): 1,000 tokens, turned over every 2 s.
+    p = policy(blocks=9, block_size=100)
+    add(p, waiter(tokens=1000, at=0))
+    admit(p)
+    second = add(p, waiter(tokens=500, at=1))
+    place = p.place(second)
+    assert place is not None
+    assert place.position == 1
+    assert place.eta_s == pytest.approx(1.0)

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from app.admission.budget import BudgetConfig
 from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
 from app.engine.view import FixedView
+from app.routing.block_index import BlockIndex, PromptBlocks
+from app.routing.cached import ReportedCache
 from app.routing.prefix import PrefixAffinity
 from app.routing.router import Router
 
@@ -24,7 +26,8 @@ def policy(
     p = AdmissionPolicy(PolicyConfig(budget=budget, **rest))  # type: ignore[arg-type]
     for i in range(engines):
         e = p.add_engine(FixedView(f"e{i}", routable=True, models=frozenset({"m"})))
-        e.set_capacity(blocks, block_size)
+        # ``blocks`` the requests can hold, and the engine's null block.
+        e.set_capacity(blocks + 1, block_size)
     return p
 
 
@@ -164,6 +167,32 @@ def test_prefix_routing_keeps_a_prefix_on_one_engine() -> None:
     assert len({r.engine for _, r in admit_all(p)}) == 1
 
 
+def test_a_prompt_goes_to_the_engine_that_reports_holding_it() -> None:
+    """The waiter's prompt reaches routing: every key's requests go where its
+    blocks are held, and to the key's engine where no engine's holdings are
+    known (the choice says why)."""
+    p = policy(blocks=100, engines=3)
+    indexes = {f"e{i}": BlockIndex() for i in range(3)}
+    p.router = Router(PrefixAffinity(), cache=ReportedCache(indexes))
+    ids = tuple(range(8))
+    assert indexes["e2"].stored([1, 2], None, list(ids), 4)
+    for index in indexes.values():
+        index.live = True
+    # Keys whose own ranking prefers another engine; three, under the cap.
+    fleet = [b.load(waiter()) for b in p.engines.values()]
+    keys = [k for k in range(50) if PrefixAffinity().choose(k, fleet).engine != "e2"]  # type: ignore[union-attr]
+    for key in keys[:3]:
+        add(p, waiter(f"t{key}", affinity=key, prompt=PromptBlocks(ids)))
+    admitted = admit_all(p)
+    assert {r.engine for _, r in admitted} == {"e2"}
+    assert all(r.choice is not None and r.choice.fallback is None for _, r in admitted)
+    indexes["e0"].live = False
+    add(p, waiter("t", affinity=1, prompt=PromptBlocks(ids)))
+    ((_, reservation),) = admit_all(p)
+    assert reservation.choice is not None
+    assert reservation.choice.fallback == "events"
+
+
 def test_waiters_past_their_deadline_are_expired_not_admitted() -> None:
     p = policy(blocks=10)
     add(p, waiter(tokens=1000))
@@ -190,20 +219,57 @@ def test_a_full_queue_refuses_by_count_and_by_bytes() -> None:
     add(q, waiter("b", size=600))
 
 
-def test_growth_stops_at_what_completed_requests_justify() -> None:
-    p = policy(blocks=10)
-    # Requests reserved 1000 tokens (100 prompt + 900 output) and wrote 800:
-    # on average each held 100 + 800 / 2 = 500, so overcommit up to 2x.
-    for _ in range(10):
-        add(p, waiter(tokens=1000))
-        ((_, reservation),) = admit_all(p)
-        p.release(reservation, used=(100, 800))
+def opened_up(p: AdmissionPolicy) -> float:
+    """The factor after a long spell of requests waiting with KV to spare."""
     add(p, waiter(tokens=1000))
     admit(p)
     add(p, waiter(tokens=1000))
     for _ in range(100):
         p.observe_engine("e0", preemptions_total=0, kv_usage=0.3)
-    assert p.engines["e0"].factor == pytest.approx(2.0)
+    return p.engines["e0"].factor
+
+
+def test_growth_stops_at_what_completed_requests_justify() -> None:
+    p = policy(blocks=10)
+    # Requests reserved 1000 tokens (100 prompt + 900 output) and wrote 400:
+    # each peaked at 100 + 400 = 500, so overcommit up to 2x.
+    for _ in range(10):
+        add(p, waiter(tokens=1000))
+        ((_, reservation),) = admit_all(p)
+        p.release(reservation, used=(100, 400))
+    assert opened_up(p) == pytest.approx(2.0)
+
+
+def test_answers_that_use_all_their_max_tokens_justify_no_overcommit() -> None:
+    """A burst of such answers reaches its peaks together: a budget above the
+    engine's capacity would be preempted, however staggered they once were."""
+    p = policy(blocks=10)
+    for _ in range(10):
+        add(p, waiter(tokens=1000))
+        ((_, reservation),) = admit_all(p)
+        p.release(reservation, used=(100, 900))
+    assert opened_up(p) == pytest.approx(1.0)
+
+
+def test_before_any_request_completed_the_budget_stays_at_the_worst_case() -> None:
+    """A fresh gateway's first burst: nothing justifies overcommitting yet."""
+    assert opened_up(policy(blocks=10)) == pytest.approx(1.0)
+    assert opened_up(policy(blocks=10, initial_factor=1.5)) == pytest.approx(1.5)
+
+
+def test_the_factor_falls_to_the_ceiling_when_completions_justify_less() -> None:
+    p = policy(blocks=10)
+    for _ in range(10):
+        add(p, waiter(tokens=1000))
+        ((_, reservation),) = admit_all(p)
+        p.release(reservation, used=(100, 150))
+    assert opened_up(p) == pytest.approx(4.0)
+    for _ in range(200):
+        add(p, waiter(tokens=1000))
+        for _, reservation in admit_all(p):
+            p.release(reservation, used=(100, 900))
+    p.observe_engine("e0", preemptions_total=0, kv_usage=0.3)
+    assert p.engines["e0"].factor == pytest.approx(1.0, abs=0.05)
 
 
 def backlog_draining_at_100_tokens_a_second(p: AdmissionPolicy) -> None:
@@ -271,7 +337,8 @@ def test_a_request_that_would_outwait_its_deadline_is_refused_at_once() -> None:
 
 
 def test_before_a_rate_is_measured_the_fleet_is_assumed_to_turn_over_in_two_seconds() -> None:
-    p = policy(blocks=10, block_size=100)  # 1,000 tokens: 500 tokens/s assumed
+    # A cache of 10 blocks of 100 (9 for requests): 1,000 tokens, 500 a second assumed.
+    p = policy(blocks=9, block_size=100)
     for _ in range(5):
         add(p, waiter(tokens=100))
     hints = [p.retry_after(now=0.0, tokens=100) for _ in range(3)]
@@ -381,3 +448,12 @@ def test_a_light_tenant_is_not_refused_for_a_heavy_tenants_backlog() -> None:
         add(p, waiter("t", tokens=200, at=6))
     light = add(p, waiter("light", tokens=200, at=6))
     assert light in p.queue
+
+
+def test_a_pinned_request_waits_for_its_engine_while_others_have_room() -> None:
+    p = policy(blocks=1, engines=2)
+    add(p, waiter(tokens=100, at=0, pinned="e0"))
+    add(p, waiter(tokens=100, at=1, pinned="e0"))
+    admitted = admit_all(p)
+    assert [r.engine for _, r in admitted] == ["e0"]
+    assert p.queued == 1

@@ -168,6 +168,18 @@ class ComposeProject:
             endpoints.append(Endpoint(parts.hostname, parts.port or 80))
         return endpoints
 
+    def trace_backend(self) -> Endpoint:
+        """Where the gateways send their spans (OTLP/HTTP): the service and
+        its port, which serves the backend's UI and REST API too."""
+        found = set()
+        for gateway in self.gateways():
+            url = self.services[gateway]["environment"]["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+            parts = urlsplit(str(url))
+            assert parts.hostname in self.services, f"{gateway}: {url} is not a compose service"
+            found.add(Endpoint(parts.hostname, parts.port or 80))
+        (endpoint,) = found
+        return endpoint
+
     def engines(self) -> list[Endpoint]:
         found: dict[str, Endpoint] = {}
         for gateway in self.gateways():

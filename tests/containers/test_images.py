@@ -15,7 +15,11 @@ from tests.support.locks import lock_pins
 
 pytestmark = pytest.mark.timeout(600)
 
-DOCKERFILES = (ROOT / "Dockerfile", ROOT / "deploy" / "engine" / "Dockerfile.cpu")
+DOCKERFILES = (
+    ROOT / "Dockerfile",
+    ROOT / "deploy" / "engine" / "Dockerfile.cpu",
+    ROOT / "deploy" / "traces" / "Dockerfile",
+)
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -89,24 +93,51 @@ INSTALLED = (
 )
 
 
+def installed_versions(image: str) -> dict[str, str]:
+    """Every distribution installed in the image, by canonical name."""
+    found: dict[str, str] = json.loads(
+        podman.podman("run", "--rm", "--entrypoint", "python", image, "-c", INSTALLED)
+    )
+    return found
+
+
+def not_as_locked(installed: dict[str, str], lock: str) -> dict[str, tuple[str, str | None]]:
+    """The packages of ``lock`` not installed at their locked version:
+    {name: (locked, installed)}."""
+    locked = lock_pins(lock)
+    assert locked
+    return {
+        name: (version, installed.get(name))
+        for name, version in locked.items()
+        if installed.get(name) != version
+    }
+
+
+def project_images(tmp_path: Path) -> ComposeProject:
+    env_file = tmp_path / "empty.env"
+    env_file.write_text("")
+    return ComposeProject("images", env_file)
+
+
 def test_the_gateway_image_runs_the_locked_versions(tmp_path: Path) -> None:
     """requirements/runtime.lock, the lock the test suite's environment is
     built against, is what the gateway image has installed."""
-    env_file = tmp_path / "empty.env"
-    env_file.write_text("")
-    project = ComposeProject("images", env_file)
-    locked = lock_pins("requirements/runtime.lock")
-    assert locked
+    project = project_images(tmp_path)
     images = {project.services[gateway]["image"] for gateway in project.gateways()}
     assert images
     for image in images:
-        installed = json.loads(
-            podman.podman("run", "--rm", "--entrypoint", "python", image, "-c", INSTALLED)
-        )
-        wrong = {
-            name: (version, installed.get(name))
-            for name, version in locked.items()
-            if installed.get(name) != version
-        }
+        installed = installed_versions(image)
+        wrong = not_as_locked(installed, "requirements/runtime.lock")
         assert not wrong, f"{image}: locked vs installed: {wrong}"
         assert "vllm-gateway" in installed
+
+
+def test_the_trace_backend_image_runs_the_local_stacks_versions(tmp_path: Path) -> None:
+    """requirements/traces.lock, what `make trace-backend` installs for the
+    local stack and the tests, is what the trace backend image has."""
+    project = project_images(tmp_path)
+    backend = project.trace_backend().service
+    assert project.image_built_here(backend)
+    image = project.services[backend]["image"]
+    wrong = not_as_locked(installed_versions(image), "requirements/traces.lock")
+    assert not wrong, f"{image}: locked vs installed: {wrong}"

@@ -7,9 +7,10 @@ import httpx
 import openai
 import pytest
 
+from app.promtext import parse, total
 from tests.containers import podman
 from tests.containers.compose import ComposeProject
-from tests.containers.metrics import engines_total
+from tests.containers.metrics import FETCH, engines_total
 from tests.support.engines import engine_idle
 from tests.support.wait import wait_until
 
@@ -49,6 +50,8 @@ def test_a_streamed_chat_completion_through_every_gateway(stack: ComposeProject)
             messages=[{"role": "user", "content": "Tell me about the river."}],
             max_tokens=24,
             stream=True,
+            # The random-weight model may end at its first token otherwise.
+            extra_body={"ignore_eos": True},
         )
         text = ""
         finish = None
@@ -58,6 +61,19 @@ def test_a_streamed_chat_completion_through_every_gateway(stack: ComposeProject)
                 finish = chunk.choices[0].finish_reason or finish
         assert text, f"{gateway}: no text streamed"
         assert finish in ("length", "stop"), f"{gateway}: stream ended without a finish reason"
+        # Its prompt counted by the gateway itself, with the engine's own
+        # tokenizer files (the model volume both read).
+        for container in stack.containers(gateway):
+            exposed = podman.exec_in(
+                container,
+                "python",
+                "-c",
+                FETCH,
+                f"http://127.0.0.1:{stack.metrics_port(gateway)}/metrics",
+            )
+            samples = parse(exposed, names=["gateway_prompts_counted_total"])
+            counted = total(samples, "gateway_prompts_counted_total", {"source": "tokenizer"})
+            assert counted >= 1, f"{container}: prompts not counted with the model's files"
 
 
 def test_a_client_leaving_mid_stream_frees_the_engine(stack: ComposeProject) -> None:

@@ -16,6 +16,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 import yaml
@@ -45,6 +46,8 @@ from tests.support.locks import lock_pins
 
 GATEWAY_DOCKERFILE = ROOT / "Dockerfile"
 ENGINE_DOCKERFILE = ROOT / "deploy" / "engine" / "Dockerfile.cpu"
+TRACES_DOCKERFILE = ROOT / "deploy" / "traces" / "Dockerfile"
+DOCKERFILES = [GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE, TRACES_DOCKERFILE]
 PROMETHEUS_COMPOSE = ROOT / "deploy" / "prometheus" / "prometheus.compose.yml"
 PROMETHEUS_LOCAL = ROOT / "deploy" / "prometheus" / "prometheus.local.yml"
 GRAFANA_PROVISIONING = ROOT / "deploy" / "grafana" / "provisioning"
@@ -181,7 +184,7 @@ def test_the_image_variables_replace_those_images_and_nothing_else(
     assert replaced == expected
 
 
-@pytest.mark.parametrize("path", [GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_dockerfiles_start_from_the_python_image_compose_passes(
     compose: Compose, path: Path
 ) -> None:
@@ -220,7 +223,7 @@ def test_every_service_has_a_healthcheck(services: dict[str, Service]) -> None:
         # run (Grafana, locust, the GPU engine) must not rely on it.
         if check["test"][0] == "CMD":
             assert not any(" " in part for part in check["test"][1:]), name
-    paths = {ENGINE: ":8000/health", "grafana": "/api/health", REDIS: "ping"}
+    paths = {ENGINE: ":8000/health", "grafana": "/api/health", REDIS: "ping", "traces": "/healthz"}
     paths |= {gateway: ":8000/health/live" for gateway in gateway_services({"services": services})}
     for name, path in paths.items():
         assert any(path in part for part in services[name]["healthcheck"]["test"]), name
@@ -228,18 +231,19 @@ def test_every_service_has_a_healthcheck(services: dict[str, Service]) -> None:
 
 def test_the_same_services_start_in_both_variants(services: dict[str, Service]) -> None:
     always = {name for name, service in services.items() if not service.get("profiles")}
-    assert always == {ENGINE, "gateway", "gateway-2", REDIS, "prometheus", "grafana"}
+    assert always == {ENGINE, "gateway", "gateway-2", REDIS, "prometheus", "grafana", "traces"}
     assert services["locust"]["profiles"] == ["load"]
 
 
 def gateway_settings(service: Service, monkeypatch: pytest.MonkeyPatch) -> Settings:
-    """A gateway service's environment, read as the gateway reads it."""
+    """A gateway service's environment, read as the gateway reads it: its
+    settings, and OpenTelemetry's variables, which the SDK reads."""
     with monkeypatch.context() as patch:
         for key in list(os.environ):
             if key.startswith("GATEWAY_"):
                 patch.delenv(key)
         for key, value in service["environment"].items():
-            assert key.startswith("GATEWAY_"), key
+            assert key.startswith(("GATEWAY_", "OTEL_")), key
             patch.setenv(key, str(value))
         return Settings()
 
@@ -334,12 +338,20 @@ GPU_ONLY_SETTINGS = {"image", "command", "environment", "volumes", "deploy"}
 CPU_ONLY_SETTINGS = {"image", "build", "cap_add", "environment"}
 
 
+def without_model_files(service: dict[str, Any]) -> dict[str, Any]:
+    """A service but for the model's files it reads (a gateway's tokenizer)."""
+    environment = dict(service.get("environment") or {})
+    environment.pop("GATEWAY_TOKENIZER_DIR", None)
+    return {**service, "environment": environment, "volumes": None}
+
+
 def test_the_variants_differ_only_in_the_engine(compose: Compose) -> None:
     gpu = compose.resolved("gpu")
     cpu = compose.resolved("cpu")
     for name, service in gpu["services"].items():
         if name != ENGINE:
-            assert cpu["services"][name] == service, f"{name} differs between the variants"
+            same = without_model_files(cpu["services"][name]) == without_model_files(service)
+            assert same, f"{name} differs between the variants"
     gpu_engine, cpu_engine = gpu["services"][ENGINE], cpu["services"][ENGINE]
     differ = {
         key
@@ -350,6 +362,30 @@ def test_the_variants_differ_only_in_the_engine(compose: Compose) -> None:
     assert {k for k in differ if k not in cpu_engine} <= GPU_ONLY_SETTINGS
     assert {k for k in differ if k not in gpu_engine} <= CPU_ONLY_SETTINGS
     assert set(gpu.get("volumes") or {}) - set(cpu.get("volumes") or {}) == {"huggingface"}
+    assert set(cpu.get("volumes") or {}) - set(gpu.get("volumes") or {}) == {"models"}
+
+
+@pytest.mark.parametrize("variant", ["gpu", "cpu"])
+def test_the_gateways_read_the_engines_model_files_to_count_prompts(
+    compose: Compose, variant: str
+) -> None:
+    """GATEWAY_TOKENIZER_DIR on a volume the engine keeps its model in, mounted
+    read-only (GPU: the download cache; CPU: the model built into the image)."""
+    services = compose.resolved(variant)["services"]
+    engine_volumes = {
+        str(v).split(":")[0]: str(v).split(":")[1] for v in services[ENGINE]["volumes"]
+    }
+    for name in ("gateway", "gateway-2"):
+        gateway = services[name]
+        tokenizer_dir = gateway["environment"]["GATEWAY_TOKENIZER_DIR"]
+        (mount,) = gateway["volumes"]
+        volume, target, mode = str(mount).split(":")
+        assert mode == "ro"
+        assert volume in engine_volumes
+        assert tokenizer_dir.startswith(target)
+    if variant == "cpu":
+        # The model the CPU engine serves, by the path it is built at.
+        assert services["gateway"]["environment"]["GATEWAY_TOKENIZER_DIR"] == "/models/tiny"
 
 
 def test_the_gpu_stack_reserves_a_gpu(compose: Compose) -> None:
@@ -559,7 +595,7 @@ def test_grafana_provisions_prometheus_and_the_dashboards(services: dict[str, Se
 # --- Dockerfiles -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", [GATEWAY_DOCKERFILE, ENGINE_DOCKERFILE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", DOCKERFILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_hadolint_passes(path: Path) -> None:
     result = subprocess.run(
         [required_tool("hadolint"), "--no-color", str(path)],

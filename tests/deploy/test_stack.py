@@ -5,7 +5,6 @@ backend, which ``make test`` installs)."""
 import json
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +12,9 @@ from pathlib import Path
 import httpx
 import psutil
 
-from deploy.local import ManagedProcess, free_port, metric
-from deploy.stack import TRACE_BACKEND
-from tests.support.trace_backend import TraceBackend
+from deploy.local import ManagedProcess, free_port, free_port_with, metric
+from deploy.stack import KV_EVENTS_OFFSET, TRACE_BACKEND
+from tests.support.trace_backend import TraceStore
 
 
 def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
@@ -29,7 +28,12 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         "TRACES_GRPC_PORT",
     )
     ports = {name: free_port() for name in settings}
-    admin = two_free_ports()
+    # The ports the stack derives from these are free too: the second
+    # gateway's (+10), the engine's KV events and their replay (+5, +6),
+    # the second admin listener (+1).
+    ports["GATEWAY_PORT"] = free_port_with(10)
+    ports["ENGINE_PORT"] = free_port_with(KV_EVENTS_OFFSET, KV_EVENTS_OFFSET + 1)
+    admin = free_port_with(1)
     env = {
         **{name: str(port) for name, port in ports.items()},
         "ADMIN_PORT": str(admin),
@@ -75,7 +79,7 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         assert len(events) >= 20
         assert curl.stdout.endswith(b"data: [DONE]\n\n")
         # The stack's gateways and engine trace into its trace backend.
-        traces = TraceBackend(f"http://127.0.0.1:{ports['TRACES_PORT']}", 0, stack)
+        traces = TraceStore(f"http://127.0.0.1:{ports['TRACES_PORT']}")
         spans = traces.wait_for_trace(trace_id, {"POST /v1/chat/completions", "llm_request"})
         assert len(spans) >= 4, [span["name"] for span in spans]
 
@@ -96,16 +100,3 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         assert alive == [], f"survivors: {[(p.pid, p.name()) for p in alive]}"
     finally:
         stack.stop()
-
-
-def two_free_ports() -> int:
-    """A port with the next one free too (the gateways' admin ports)."""
-    for _ in range(100):
-        first = free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", first + 1))
-            except OSError:
-                continue
-        return first
-    raise RuntimeError("no two consecutive free ports")

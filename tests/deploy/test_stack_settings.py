@@ -8,6 +8,7 @@ import honcho.manager
 import pytest
 from honcho.manager import Manager
 
+from app.engine.kv_events import endpoint_for
 from app.settings import Settings
 from deploy import stack
 from deploy.stack import CPU_ENGINE_MAX_NUM_SEQS, gateway_environment, kill_wait
@@ -24,6 +25,17 @@ def test_the_gateways_admit_as_many_sequences_as_the_engine_runs() -> None:
     assert env["GATEWAY_MAX_CONCURRENCY"] == "8"
 
 
+def test_the_gateways_count_prompts_with_the_engines_own_tokenizer_files() -> None:
+    env = gateway_environment({}, ENGINES)
+    # GATEWAY_PROMPT_TOKENS' default (auto) takes the files where they are given.
+    assert "GATEWAY_PROMPT_TOKENS" not in env
+    assert env["GATEWAY_TOKENIZER_DIR"] == str(stack.ROOT / ".models/tiny")
+    other = gateway_environment({"ENGINE_MODEL_DIR": "/models/m"}, ENGINES)
+    assert other["GATEWAY_TOKENIZER_DIR"] == "/models/m"
+    asked = gateway_environment({"GATEWAY_PROMPT_TOKENS": "engine"}, ENGINES)
+    assert asked["GATEWAY_PROMPT_TOKENS"] == "engine"
+
+
 def test_every_gateway_setting_of_the_caller_reaches_the_gateways() -> None:
     caller = {
         "GATEWAY_MAX_CONCURRENCY": "16",
@@ -36,6 +48,18 @@ def test_every_gateway_setting_of_the_caller_reaches_the_gateways() -> None:
     assert env["GATEWAY_UPSTREAM_URLS"] == ENGINES[0]
     # Nothing of the stack's own in place of the settings' defaults.
     assert "GATEWAY_DRAIN_GRACE_SECONDS" not in gateway_environment({}, ENGINES)
+
+
+def test_the_gateways_subscribe_to_the_engines_kv_events_beside_their_ports() -> None:
+    """Each engine publishes on its port + 5 (ENGINE_KV_EVENTS_PORT), its
+    replay on the next; the gateways' templates find both, unless the caller
+    names others."""
+    env = gateway_environment({}, ENGINES)
+    assert endpoint_for(env["GATEWAY_KV_EVENTS_ENDPOINT"], ENGINES[0]) == "tcp://127.0.0.1:8006"
+    replay = env["GATEWAY_KV_EVENTS_REPLAY_ENDPOINT"]
+    assert endpoint_for(replay, ENGINES[0]) == "tcp://127.0.0.1:8007"
+    mine = {"GATEWAY_KV_EVENTS_ENDPOINT": "tcp://{host}:9999"}
+    assert gateway_environment(mine, ENGINES)["GATEWAY_KV_EVENTS_ENDPOINT"] == "tcp://{host}:9999"
 
 
 def test_the_process_manager_waits_out_the_gateways_shutdown() -> None:

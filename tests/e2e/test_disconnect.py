@@ -12,6 +12,7 @@ import time
 import httpx
 import psutil
 
+from tests.support.disconnects import IDLE_WITHIN, cancels, seconds_until_idle
 from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
@@ -19,11 +20,6 @@ from tests.support.wait import wait_for, wait_until
 
 MAX_TOKENS = 1500
 LONG = {"model": MODEL, "max_tokens": MAX_TOKENS, "ignore_eos": True}
-IDLE_WITHIN = 30.0
-
-
-def cancels(gateway: Gateway, phase: str) -> float:
-    return gateway.metric("gateway_cancellations_total", phase=phase)
 
 
 def generated_since(engine: Engine, before: float) -> float:
@@ -35,13 +31,6 @@ def far_short_of(streams: int) -> float:
     of what they would if the engine ran them to ``max_tokens``, so neither a
     slow abort nor a busy machine reaches it, and a missing abort cannot miss it."""
     return streams * MAX_TOKENS / 2
-
-
-def seconds_until_idle(engine: Engine, since: float) -> float:
-    assert wait_until(lambda: engine_idle(engine.metric), timeout=IDLE_WITHIN, interval=0.05), (
-        "the engine kept working after the client left"
-    )
-    return time.monotonic() - since
 
 
 async def test_disconnect_mid_stream(idle_engine: Engine, gateway: Gateway) -> None:

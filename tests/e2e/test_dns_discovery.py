@@ -31,7 +31,7 @@ from openai import AsyncOpenAI
 
 from deploy.local import scrape
 from tests.support.dns import DnsServer, resolving_through
-from tests.support.engines import MODEL, Engine
+from tests.support.engines import KV_EVENTS, MODEL, Engine
 from tests.support.gateways import Gateway, launch_gateway
 from tests.support.raw_http import request_bytes
 from tests.support.wait import wait_until
@@ -57,6 +57,8 @@ def start_discovering_gateway(log_dir: Path, dns: DnsServer, upstream_urls: str)
         "upstream_dns_interval": DNS_INTERVAL,
         # The held streams below wait on purpose; far longer than any wait here.
         "sse_send_timeout": 300,
+        # Each address's KV cache events, at that address.
+        **KV_EVENTS,
     }
     return launch_gateway(log_dir, upstream_urls, settings, partial(resolving_through, dns))
 
@@ -67,16 +69,26 @@ def engines_up(gateway: Gateway) -> int:
     return int(reply.json()["engines_up"]) if reply.status_code == 200 else 0
 
 
-def engines_seen_up(gateway: Gateway) -> set[str]:
-    return {
-        s.labels["engine"]
-        for s in scrape(gateway.url)
-        if s.name == "gateway_upstream_up" and s.value == 1
-    }
+def engines_seen_up(gateway: Gateway, metric: str = "gateway_upstream_up") -> set[str]:
+    return {s.labels["engine"] for s in scrape(gateway.url) if s.name == metric and s.value == 1}
+
+
+def events_heard(gateway: Gateway) -> set[str]:
+    """The engines whose KV cache events the gateway hears, in sequence."""
+    return engines_seen_up(gateway, "gateway_kv_events_up")
+
+
+def events_series(gateway: Gateway) -> set[str]:
+    return {s.labels["engine"] for s in scrape(gateway.url) if s.name == "gateway_kv_events_up"}
 
 
 def routed(gateway: Gateway, engine: str) -> float:
     return gateway.metric("gateway_engine_requests_total", engine=engine)
+
+
+def series_of(gateway: Gateway, engine: str) -> set[str]:
+    """The names of the gateway's series labelled with ``engine``."""
+    return {s.name for s in scrape(gateway.url) if s.labels.get("engine") == engine}
 
 
 async def complete(client: AsyncOpenAI, prompt: str) -> None:
@@ -174,6 +186,8 @@ async def test_engines_follow_the_dns_answer_and_a_removed_one_finishes_its_requ
         # One address: one engine, and the gateway serves through it.
         assert await eventually(lambda: engines_up(gateway) == 1), gateway.process.log_tail()
         assert engines_seen_up(gateway) == {first}
+        # Its KV cache events found beside its address.
+        assert await eventually(lambda: events_heard(gateway) == {first})
         await complete(client, "One")
         assert routed(gateway, first) == 1
 
@@ -183,6 +197,7 @@ async def test_engines_follow_the_dns_answer_and_a_removed_one_finishes_its_requ
         dns.answer(NAME, ["127.0.0.2", "127.0.0.3"])
         assert await eventually(lambda: engines_up(gateway) == 2), gateway.process.log_tail()
         assert engines_seen_up(gateway) == {first, second}
+        assert await eventually(lambda: events_heard(gateway) == {first, second})
         held.append(await HeldStream.open(gateway.url, max_tokens=800))
         assert routed(gateway, first) == 2
         held.append(await HeldStream.open(gateway.url, max_tokens=600))
@@ -197,10 +212,15 @@ async def test_engines_follow_the_dns_answer_and_a_removed_one_finishes_its_requ
         answered = dns.lookups(NAME)
         assert await eventually(lambda: dns.lookups(NAME) >= answered + 2)
         assert await eventually(lambda: engines_up(gateway) == 1), gateway.process.log_tail()
+        assert events_series(gateway) == {first}
         assert gateway.metric("gateway_requests_in_flight") == 2
         for i in range(4):
             await complete(client, f"After {i}")
         assert routed(gateway, first) == 2 + 4
+        # Every series of the forgotten engine went with it (no stale "up", no
+        # alert for an address that is gone), though its stream is still open.
+        assert series_of(gateway, second) == set()
+        assert "gateway_upstream_up" in series_of(gateway, first)
 
         # Neither held stream was lost, the removed engine's included.
         for stream, max_tokens in zip(held, (800, 600), strict=True):
@@ -211,8 +231,10 @@ async def test_engines_follow_the_dns_answer_and_a_removed_one_finishes_its_requ
         held.clear()
         assert await eventually(lambda: gateway.metric("gateway_requests_total") == 1 + 2 + 4)
         assert gateway.metric("gateway_requests_total", outcome="completed") == 1 + 2 + 4
-        # And what they held was given back, on the forgotten engine too.
+        # And what they held was given back, on the forgotten engine too,
+        # which brought none of its series back.
         assert await eventually(lambda: gateway.metric("gateway_requests_in_flight") == 0)
+        assert series_of(gateway, second) == set()
         assert "Traceback" not in gateway.process.log_text()
     finally:
         for stream in held:

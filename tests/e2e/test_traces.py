@@ -7,7 +7,6 @@ each gateway here exports to it over OTLP/HTTP. Spans arrive with their
 exporters' batches, so every test waits for the spans it names.
 """
 
-import secrets
 from typing import Any
 
 import httpx
@@ -17,17 +16,17 @@ from openai import AsyncOpenAI
 from tests.support.engines import MODEL, Engine
 from tests.support.gateways import Gateway, StartGateway, access_log
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
-from tests.support.trace_backend import Span, TraceBackend, tree
+from tests.support.trace_backend import (
+    Span,
+    TraceBackend,
+    client_traceparent,
+    one,
+    span_id,
+    tree,
+)
 
 SERVER = "POST /v1/chat/completions"
 COMPLETIONS = "POST /v1/completions"
-
-
-def client_traceparent() -> tuple[str, str, str]:
-    """A sampled W3C ``traceparent`` as a client would send it: the header,
-    its trace id and its span id."""
-    trace_id, span_id = secrets.token_hex(16), secrets.token_hex(8)
-    return f"00-{trace_id}-{span_id}-01", trace_id, span_id
 
 
 def attribute(span: Span, key: str) -> Any:
@@ -42,16 +41,6 @@ def attribute(span: Span, key: str) -> Any:
             return None
         value = value[part]
     return value
-
-
-def one(spans: list[Span], name: str) -> Span:
-    named = [span for span in spans if span["name"] == name]
-    assert len(named) == 1, f"one {name!r} span expected:\n{tree(spans)}"
-    return named[0]
-
-
-def span_id(span: Span) -> str:
-    return str(span["context"]["span_id"])
 
 
 @pytest.fixture
@@ -72,6 +61,8 @@ async def test_a_streamed_request_is_one_trace_from_the_gateway_into_the_engine(
             messages=[{"role": "user", "content": "Tell me about paged memory."}],
             max_tokens=16,
             stream=True,
+            # The random-weight model may end at its first token otherwise.
+            extra_body={"ignore_eos": True},
         )
         text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text
@@ -175,3 +166,9 @@ async def test_a_request_refused_in_the_queue_has_spans_that_say_so(
     assert attribute(server, "gateway.outcome") == "rejected"
     assert attribute(server, "http.response.status_code") == 429
     assert [span["name"] for span in spans if span["name"] == "engine call"] == []
+
+
+def test_the_backend_forgets_traces_after_a_week_by_default(trace_backend: TraceBackend) -> None:
+    """A trace store that never forgets fills its disk (deploy/traces/run.sh,
+    ``TRACES_RETENTION_DAYS``)."""
+    assert trace_backend.retention_days() == 7

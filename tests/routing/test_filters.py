@@ -25,6 +25,14 @@ def test_a_request_goes_only_to_engines_in_routing_that_serve_its_model_and_were
     assert [e.id for e in eligible(RouteRequest(), fleet)] == ["other", "tried", "good"]
 
 
+def test_a_pinned_request_goes_to_its_engine_or_nowhere() -> None:
+    fleet = [engine("calm"), engine("holder", in_flight=5), engine("down", up=False)]
+    choice = Router(LeastLoaded()).choose(RouteRequest("m", pinned="holder"), fleet)
+    assert choice is not None
+    assert choice.engine == "holder"
+    assert eligible(RouteRequest("m", pinned="down"), fleet) == []
+
+
 def test_the_router_picks_among_what_the_filters_keep() -> None:
     # The least loaded engine is down: the picker never sees it.
     fleet = [engine("down", up=False), engine("busy", in_flight=5), engine("calm", in_flight=1)]

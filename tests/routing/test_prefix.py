@@ -107,3 +107,49 @@ def test_at_low_load_a_prefix_stays_on_its_engine() -> None:
         chosen.add(choice.engine)
         load[choice.engine] += 1
     assert len(chosen) == 1
+
+
+def held(loads: dict[str, int], holds: dict[str, int]) -> list[EngineLoad]:
+    return [EngineLoad(i, n, 100.0, n / 100, True, held=holds.get(i, 0)) for i, n in loads.items()]
+
+
+def test_the_engine_that_holds_most_of_the_prompt_ranks_first_whatever_the_key() -> None:
+    """What the engines report holding outranks the key: for every key, the
+    engine holding the most leading blocks is preferred and chosen."""
+    router = PrefixAffinity()
+    for key in range(100):
+        for holder in ("e0", "e1", "e2"):
+            holds = {"e0": 1, "e1": 1, "e2": 1, holder: 5}
+            choice = router.choose(key, held({"e0": 0, "e1": 0, "e2": 0}, holds))
+            assert choice is not None
+            assert choice.engine == choice.preferred == holder
+
+
+def test_engines_that_hold_alike_are_ranked_by_the_key() -> None:
+    """Nothing cached anywhere yet (or the same everywhere): the key's ranking,
+    as without events, so a new prefix's requests still meet on one engine."""
+    router = PrefixAffinity()
+    fleet = {"e0": 0, "e1": 0, "e2": 0}
+    chosen = set()
+    for key in range(100):
+        by_key = router.choose(key, engines(0, 0, 0))
+        assert by_key is not None
+        for same in (0, 3):
+            choice = router.choose(key, held(fleet, dict.fromkeys(fleet, same)))
+            assert choice is not None
+            assert choice.engine == by_key.engine
+            chosen.add(choice.engine)
+    # The keys spread over every engine, as the key's ranking does.
+    assert chosen == set(fleet)
+
+
+def test_a_holder_over_its_cap_passes_the_request_to_the_next_best_holder() -> None:
+    """The load cap holds for what engines report too: past it, the request
+    goes to the engine that holds the next most, not to the key's choice."""
+    router = PrefixAffinity(factor=1.0, slack=0)
+    loads = {"e0": 6, "e1": 0, "e2": 0}
+    holds = {"e0": 8, "e1": 0, "e2": 2}
+    for key in range(50):
+        choice = router.choose(key, held(loads, holds))
+        assert choice is not None
+        assert (choice.engine, choice.preferred, choice.overridden) == ("e2", "e0", True)

@@ -61,9 +61,9 @@ class Exchange:
             "http_version": http_version,
             "method": method,
             "scheme": "http",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"",
+            "path": path.partition("?")[0],
+            "raw_path": path.partition("?")[0].encode(),
+            "query_string": path.partition("?")[2].encode(),
             "root_path": "",
             "headers": headers,
             "client": ("127.0.0.1", 40000),
@@ -202,7 +202,10 @@ async def in_process_gateway(
             settings.setdefault("upstream_urls", ",".join(one.url for one in engines))
         else:
             settings.setdefault("upstream_url", engines[0].url)
-        config = Settings(**{"health_interval": 3600, **settings})
+        # Prompts estimated unless a test asks otherwise: with the default
+        # (the engine's /tokenize) every request would make one more engine
+        # call for the test to script. tests/tokens/ tests the counting.
+        config = Settings(**{"health_interval": 3600, "prompt_tokens": "estimate", **settings})
         app = create_app(config, drain)
         async with app.router.lifespan_context(app) as state:
             yield InProcessGateway(app, dict(state or {}), engines[0])

@@ -3,13 +3,16 @@ the project's own launcher on a free port.
 
 The session's engine (tests/conftest.py) has a small KV cache (24 blocks of
 128 tokens) and runs at most 8 sequences, so tests can saturate it on purpose.
+It publishes its KV cache events as ``make up``'s engines do: on its port
++ 5, replayed on + 6 (``KV_EVENTS``: the gateway's settings that find them).
 """
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from deploy.local import ManagedProcess, free_port
+from deploy.local import ManagedProcess, free_port, free_port_with
+from deploy.stack import KV_EVENTS_OFFSET
 from tests.support.services import Service
 
 ENGINE_KV_BLOCKS = 24
@@ -20,6 +23,12 @@ SMALL_ENGINE = {
     "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
     "ENGINE_MAX_NUM_SEQS": str(ENGINE_MAX_NUM_SEQS),
     "ENGINE_MODEL_NAME": MODEL,
+}
+
+# A gateway's settings for engines started with ``kv_events``.
+KV_EVENTS = {
+    "kv_events_endpoint": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET}}}",
+    "kv_events_replay_endpoint": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET + 1}}}",
 }
 
 Engine = Service
@@ -39,11 +48,20 @@ def launch_engine(name: str, log_dir: Path, port: int, env: dict[str, str]) -> M
     )
 
 
+def kv_events_port(port: int) -> int:
+    """Where an engine on ``port`` started with ``kv_events`` publishes."""
+    return port + KV_EVENTS_OFFSET
+
+
 @contextmanager
-def running_engine(name: str, log_dir: Path, env: dict[str, str]) -> Iterator[Engine]:
+def running_engine(
+    name: str, log_dir: Path, env: dict[str, str], kv_events: bool = False
+) -> Iterator[Engine]:
     """``launch_engine`` on a free port, once healthy; stopped (its process
-    group) on exit."""
-    port = free_port()
+    group) on exit. ``kv_events``: it publishes them beside its port."""
+    port = free_port_with(KV_EVENTS_OFFSET, KV_EVENTS_OFFSET + 1) if kv_events else free_port()
+    if kv_events:
+        env = {**env, "ENGINE_KV_EVENTS_PORT": str(kv_events_port(port))}
     proc = launch_engine(name, log_dir, port, env)
     try:
         url = f"http://127.0.0.1:{port}"

@@ -10,6 +10,7 @@ from typing import Any
 
 from deploy.local import ManagedProcess, free_port
 from tests.support.services import Service
+from tests.support.wait import wait_until
 
 Gateway = Service
 StartGateway = Callable[..., Gateway]
@@ -69,3 +70,15 @@ def access_log(gateway: Gateway) -> list[dict[str, Any]]:
         if line.startswith('{"ts"')
     ]
     return [line for line in lines if "logger" not in line]
+
+
+def access_line(gateway: Gateway, request_id: str) -> dict[str, Any]:
+    """The access-log line of the request answered as ``request_id``, once written."""
+    lines: list[dict[str, Any]] = []
+
+    def found() -> bool:
+        lines[:] = [e for e in access_log(gateway) if e.get("request_id") == request_id]
+        return bool(lines)
+
+    assert wait_until(found, timeout=30), f"no access-log line for {request_id}"
+    return lines[-1]

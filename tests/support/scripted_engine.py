@@ -74,6 +74,7 @@ class EngineCall:
     body: dict[str, Any]
     # The connection had carried an earlier request (the gateway kept it alive).
     kept_alive: bool
+    method: str = "POST"
     # Set once the call is over for the engine: its whole answer sent, or its
     # connection gone (the gateway closed it, or the engine dropped it).
     closed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -276,9 +277,13 @@ class ScriptedEngine:
         return await self._completion(request)
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
-        body = json.loads(await request.read())
+        raw = await request.read()
         call = EngineCall(
-            request.path, request.headers, body, self._requests_on[request.protocol] > 1
+            request.path,
+            request.headers,
+            json.loads(raw) if raw else {},
+            self._requests_on[request.protocol] > 1,
+            request.method,
         )
         self.calls.put_nowait(call)
         for arrival in self._arrivals:

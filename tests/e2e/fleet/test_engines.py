@@ -1,15 +1,13 @@
 """Two real vLLM engines behind one gateway: a burst larger than one
 engine's cache spreads over both without preemption; killing one under load
 loses nothing, and it is readmitted once it is back. The second engine is
-started for this module only (both share the engine cores)."""
+the package's (conftest.py)."""
 
 import asyncio
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from deploy.local import free_port
 from tests.support.engines import (
@@ -18,17 +16,9 @@ from tests.support.engines import (
     Engine,
     engine_idle,
     launch_engine,
-    running_engine,
 )
 from tests.support.gateways import StartGateway
 from tests.support.wait import wait_until
-
-
-@pytest.fixture(scope="module")
-def second(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    logs = tmp_path_factory.mktemp("second-engine")
-    with running_engine("second-engine", logs, SMALL_ENGINE) as engine:
-        yield engine
 
 
 def preemptions(*engines: Engine) -> float:

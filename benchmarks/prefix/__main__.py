@@ -1,0 +1,3 @@
+from benchmarks.prefix.main import main
+
+main()

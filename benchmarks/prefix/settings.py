@@ -1,0 +1,66 @@
+"""What the prefix benchmark compares: each setting a gateway or a vllm-router
+over the same two engines."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.harness import Processes, Service
+from benchmarks.harness.processes import KV_EVENTS
+from deploy.stack import KV_EVENTS_OFFSET
+
+BLOCK_SIZE = 128
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    # The gateway's GATEWAY_ROUTING, or vllm-router's --policy.
+    routing: str
+    aware: bool = True
+    kv_events: bool = False
+    router: bool = False
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace(",", "").replace(" ", "-")
+
+
+LEAST = Setting("least_loaded", "least_loaded")
+LEAST_PLAIN = Setting("least_loaded, prefix-aware demand off", "least_loaded", aware=False)
+KEY = Setting("prefix key", "prefix")
+KEY_PLAIN = Setting("prefix key, prefix-aware demand off", "prefix", aware=False)
+EVENTS = Setting("prefix, KV events", "prefix", kv_events=True)
+ROUTER_CACHE = Setting("vllm-router cache_aware", "cache_aware", router=True)
+ROUTER_KV = Setting("vllm-router kv_aware", "kv_aware", router=True)
+
+RAG = [LEAST, LEAST_PLAIN, KEY, KEY_PLAIN, EVENTS, ROUTER_CACHE, ROUTER_KV]
+SKEWED = [KEY, LEAST, EVENTS, ROUTER_CACHE, ROUTER_KV]
+ALL = {s.name: s for s in RAG + SKEWED}
+
+
+def start(
+    procs: Processes, setting: Setting, engines: list[Service], model: str, gateway_src: Path
+) -> Service:
+    """The gateway or vllm-router of ``setting`` in front of ``engines``."""
+    urls = [e.url for e in engines]
+    if setting.router:
+        return procs.router(f"router-{setting.slug}", urls, router_args(setting, engines, model))
+    env = {
+        "GATEWAY_UPSTREAM_URLS": ",".join(urls),
+        "GATEWAY_ROUTING": setting.routing,
+        "GATEWAY_PREFIX_AWARE_DEMAND": "true" if setting.aware else "false",
+        "GATEWAY_LOG_LEVEL": "info",
+        **(KV_EVENTS if setting.kv_events else {}),
+    }
+    return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
+
+
+def router_args(setting: Setting, engines: list[Service], model: str) -> list[str]:
+    args = ["--policy", setting.routing]
+    if setting.routing == "kv_aware":
+        for engine in engines:
+            port = int(engine.url.rsplit(":", 1)[1]) + KV_EVENTS_OFFSET
+            args += ["--kv-event-source", f"{engine.url}=tcp://127.0.0.1:{port}"]
+            args += ["--kv-event-replay-source", f"{engine.url}=tcp://127.0.0.1:{port + 1}"]
+        args += ["--kv-event-block-size", str(BLOCK_SIZE), "--kv-event-model", model]
+    return args

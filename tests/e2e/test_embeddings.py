@@ -1,0 +1,128 @@
+"""Embeddings through the gateway, against a real embedding engine: the tiny
+model run by vLLM's pooling runner (``ENGINE_RUNNER=pooling
+ENGINE_CONVERT=embed``) under its own served name, with the OpenAI SDK.
+
+A pooling engine looks to admission like any other: its ``/metrics`` has
+``vllm:cache_config_info`` (blocks of 128 tokens), the KV usage and the
+preemption counter, so its capacity is known and its budget adapts. An
+embedding holds KV blocks for its input while it runs and generates
+nothing: it reserves, and is charged, its input's tokens alone. This module
+starts an engine of its own (a different runner from the session engine's),
+with the session engine's small cache of 24 blocks."""
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from openai import AsyncOpenAI, BadRequestError
+
+from tests.support.engines import ENGINE_KV_BLOCKS, Engine, running_engine
+from tests.support.gateways import Gateway, access_line, running_gateway
+from tests.support.keys import key_entry, write_keys_file
+from tests.support.wait import wait_for, wait_until
+
+EMBED_MODEL = "tiny-embed"
+BLOCK = 128
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    env = {
+        "ENGINE_RUNNER": "pooling",
+        "ENGINE_CONVERT": "embed",
+        "ENGINE_MODEL_NAME": EMBED_MODEL,
+        "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
+    }
+    with running_engine("embedder", tmp_path_factory.mktemp("embedder"), env) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def keyed(embedder: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    keys = write_keys_file(
+        tmp_path_factory.mktemp("keys") / "keys.yaml",
+        [key_entry("acme-1", "acme", "key-acme", tokens_per_minute=100_000)],
+    )
+    settings: dict[str, object] = {"keys_file": keys, "max_concurrency": 1}
+    with running_gateway(tmp_path_factory.mktemp("gateway"), embedder.url, settings) as gateway:
+        yield gateway
+
+
+def client(gateway: Gateway) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="key-acme", max_retries=0, timeout=60)
+
+
+def test_the_embedding_engine_shows_admission_its_kv_cache(
+    embedder: Engine, keyed: Gateway
+) -> None:
+    assert embedder.metric("vllm:cache_config_info", num_gpu_blocks=str(ENGINE_KV_BLOCKS)) == 1
+    assert wait_until(
+        lambda: keyed.metric("gateway_kv_tokens_capacity") == ENGINE_KV_BLOCKS * BLOCK, timeout=30
+    )
+
+
+async def test_an_embedding_reserves_and_pays_its_input_alone(keyed: Gateway) -> None:
+    async with client(keyed) as api:
+        one = await api.embeddings.with_raw_response.create(
+            model=EMBED_MODEL, input="An embedding of a sentence."
+        )
+        batch = await api.embeddings.with_raw_response.create(
+            model=EMBED_MODEL, input=["first", "second 你好 🌍", "third"]
+        )
+    for raw, count in ((one, 1), (batch, 3)):
+        answer = raw.parse()
+        assert len(answer.data) == count
+        assert all(len(item.embedding) > 0 for item in answer.data)
+        line = access_line(keyed, raw.headers["x-request-id"])
+        assert (line["route"], line["outcome"]) == ("embeddings", "completed")
+        # Reserved: the input as the engine counts it, nothing generated.
+        assert line["charged_tokens"] == line["used_tokens"] == answer.usage.prompt_tokens
+        assert not line["completion_tokens"]
+
+
+async def test_a_batch_larger_than_the_whole_cache_is_refused_up_front(keyed: Gateway) -> None:
+    inputs = [[7] * 1000 for _ in range(4)]  # 4,000 tokens: the cache holds 3,072
+    async with client(keyed) as api:
+        with pytest.raises(BadRequestError, match="KV blocks"):
+            await api.embeddings.create(model=EMBED_MODEL, input=inputs)
+
+
+async def test_a_client_that_leaves_while_queued_or_running_is_cancelled_there(
+    embedder: Engine, keyed: Gateway
+) -> None:
+    """The engine's server is stopped (SIGSTOP), so an embedding sent to it
+    stays in flight and the next waits in the gateway's queue (one sequence
+    at a time); each client leaves where its request is."""
+    body = {"model": EMBED_MODEL, "input": "stalled"}
+    before = {
+        p: keyed.metric("gateway_cancellations_total", phase=p) for p in ("queued", "non_streaming")
+    }
+    os.kill(embedder.process.pid, signal.SIGSTOP)
+    try:
+        async with httpx.AsyncClient(base_url=keyed.url, timeout=60) as http:
+            headers = {"authorization": "Bearer key-acme"}
+            running = asyncio.create_task(http.post("/v1/embeddings", json=body, headers=headers))
+            assert await wait_for(lambda: keyed.metric("gateway_requests_in_flight") == 1, 30)
+            queued = asyncio.create_task(http.post("/v1/embeddings", json=body, headers=headers))
+            assert await wait_for(lambda: keyed.metric("gateway_queue_depth") == 1, 30)
+            for task in (queued, running):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for phase in ("queued", "non_streaming"):
+                assert await wait_for(
+                    lambda phase=phase: (  # type: ignore[misc]
+                        keyed.metric("gateway_cancellations_total", phase=phase)
+                        == before[phase] + 1
+                    ),
+                    30,
+                )
+            assert keyed.metric("gateway_requests_in_flight") == 0
+            assert keyed.metric("gateway_kv_tokens_reserved") == 0
+    finally:
+        os.kill(embedder.process.pid, signal.SIGCONT)
+    keyed.process.wait_http(f"{keyed.url}/health/ready", timeout=60)

@@ -1,0 +1,93 @@
+"""A stream charged to a key pays what the engine generated, also when its
+client leaves early, and still gets the bytes the engine would send it
+directly. Against the real engine: a client that asks for eight tokens a
+chunk (vLLM's ``stream_interval``) and leaves after three chunks paid three
+tokens when chunks were counted; it pays what the engine last reported."""
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.engines import MODEL, Engine
+from tests.support.gateways import Gateway, access_line, running_gateway
+from tests.support.keys import key_entry, write_keys_file
+from tests.support.streams import open_stream
+from tests.support.wait import wait_until
+
+CHUNK = 8
+HEADERS = {"authorization": "Bearer key-metered"}
+
+
+@pytest.fixture(scope="module")
+def metered(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    keys: Path = write_keys_file(
+        tmp_path_factory.mktemp("keys") / "keys.yaml",
+        [key_entry("metered", "acme", "key-metered", tokens_per_minute=1_000_000)],
+    )
+    settings: dict[str, object] = {"keys_file": keys, "admission": "off"}
+    with running_gateway(tmp_path_factory.mktemp("metered"), engine.url, settings) as gateway:
+        yield gateway
+
+
+async def test_a_stream_left_early_pays_the_tokens_the_engine_reported(
+    idle_engine: Engine, metered: Gateway
+) -> None:
+    before = idle_engine.metric("vllm:generation_tokens_total")
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Go on and on"}],
+        "max_tokens": 1000,
+        "ignore_eos": True,
+        "stream_interval": CHUNK,
+    }
+    chunks = 0
+    async with (
+        httpx.AsyncClient(base_url=metered.url, timeout=60) as http,
+        open_stream(http, body, "/v1/chat/completions", **HEADERS) as reply,
+    ):
+        request_id = reply.headers["x-request-id"]
+        async for raw in reply.aiter_raw():
+            chunks += raw.count(b'"delta":{"content":"') - raw.count(b'"delta":{"content":""')
+            if chunks >= 3:
+                break
+    line = access_line(metered, request_id)
+    assert line["outcome"] == "cancelled"
+    assert wait_until(lambda: idle_engine.metric("vllm:num_requests_running") == 0, timeout=30)
+    generated = idle_engine.metric("vllm:generation_tokens_total") - before
+    paid = line["used_tokens"] - line["prompt_tokens"]
+    # At least the three chunks the client got (the first token alone, then
+    # eight a chunk), at most what the engine generated before its abort.
+    assert 1 + 2 * CHUNK <= paid <= generated
+    assert line["completion_tokens"] == paid
+
+
+def normalized(stream: bytes) -> bytes:
+    """A stream without what differs between two calls: ids and times."""
+    stream = re.sub(rb'"id":"chatcmpl-[0-9a-f]+"', b'"id":"chatcmpl-x"', stream)
+    return re.sub(rb'"created":\d+', b'"created":0', stream)
+
+
+async def test_a_charged_stream_is_the_one_the_engine_sends_directly(
+    idle_engine: Engine, metered: Gateway
+) -> None:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say something"}],
+        "max_tokens": 20,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
+    streams = []
+    for url, headers in ((idle_engine.url, {}), (metered.url, HEADERS)):
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=60) as http,
+            open_stream(http, body, "/v1/chat/completions", **headers) as reply,
+        ):
+            streams.append(b"".join([part async for part in reply.aiter_raw()]))
+    direct, through = streams
+    assert b'"usage"' in direct
+    assert normalized(through) == normalized(direct)
