@@ -130,8 +130,10 @@ end
 -- A sign of life: a replica holding something (counted or lapsed) counts,
 -- its lease renewed to deadline; whether it does.
 local function pool_renew(p, replica, deadline)
-  if redis.call('ZADD', p.leases, 'XX', 'CH', deadline, replica) == 1
-    or redis.call('ZSCORE', p.leases, replica) then
+  -- (ZADD XX CH alone would not tell: it answers 0 for a deadline unchanged
+  -- within the same millisecond.)
+  if redis.call('ZSCORE', p.leases, replica) then
+    redis.call('ZADD', p.leases, deadline, replica)
     return true
   end
   if redis.call('ZREM', p.lapsed, replica) == 1 then
