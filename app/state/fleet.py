@@ -52,6 +52,21 @@ class FleetState:
         self._release = client.register_script(scripts.RELEASE)
         self._beat = client.register_script(scripts.HEARTBEAT)
         self._publish = client.register_script(scripts.PUBLISH_WAITING)
+        # What this replica gave back on each engine that is not in Redis
+        # yet (its release waits in the writer's queue). A heartbeat writes
+        # what the replica holds plus this: the release, applied after it,
+        # takes it off once. Without it the release would come off twice —
+        # the fleet would count less than the engines hold and over-admit.
+        self._pending: dict[str, list[int]] = {}
+        # Queued writes are dropped when Redis goes down: so is what they
+        # would have given back (the next heartbeat writes the truth).
+        self._epoch = 0
+        shared.on_change(self._dropped)
+
+    def _dropped(self, up: bool) -> None:
+        if not up:
+            self._pending.clear()
+            self._epoch += 1
 
     @property
     def up(self) -> bool:
@@ -122,20 +137,34 @@ class FleetState:
     def release(self, engine: str, holding: Holding) -> None:
         """Give back what a request held on ``engine``; sent on, in order."""
         shared = self._shared
+        if not shared.up:
+            return
         args: list[str | int] = [shared.replica, shared.lease_ms, *holding]
+        pending = self._pending.setdefault(engine, [0, 0, 0])
+        for i, amount in enumerate(holding):
+            pending[i] += amount
+        epoch = self._epoch
 
         async def write(client: object) -> None:
-            await self._release(keys=layout.engine(engine), args=args)
+            try:
+                await self._release(keys=layout.engine(engine), args=args)
+            finally:
+                if epoch == self._epoch:
+                    for i, amount in enumerate(holding):
+                        pending[i] -= amount
 
         shared.send(write)
 
     async def heartbeat(self, holdings: dict[str, Holding]) -> dict[str, Holding]:
-        """Write what this replica holds on each engine; the fleet's totals."""
+        """Write what this replica holds on each engine (and what it gave
+        back there that Redis has not been told yet); the fleet's totals."""
         shared = self._shared
         engines = list(holdings)
         keys = layout.fleet_state() + [k for e in engines for k in layout.engine(e)]
         args: list[str | int] = [shared.replica, shared.lease_ms]
-        args += [amount for e in engines for amount in holdings[e]]
+        for engine in engines:
+            pending = self._pending.get(engine, (0, 0, 0))
+            args += [held + gone for held, gone in zip(holdings[engine], pending, strict=True)]
         answer = await self._beat(keys=keys, args=args)
         shared.replicas = max(1, int(answer[0]))
         totals = [int(x) for x in answer[1:]]
