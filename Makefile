@@ -190,6 +190,7 @@ bench-limits: setup
 bench-prefix: setup
 	$(VENV)/bin/python -m benchmarks.prefix $(BENCH_ARGS)
 
-# The admission script's cost in Redis at 2 to 128 replicas (no engine).
+# What the shared state costs one Redis: 1 to 128 simulated replicas over 1 to
+# 64 engines, each admitting 50 requests a second (no engine).
 bench-shared-state: $(VENV)/.ready
 	$(VENV)/bin/python -m benchmarks.shared_state $(BENCH_ARGS)

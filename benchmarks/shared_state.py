@@ -1,148 +1,156 @@
-"""What the fleet's shared state costs Redis: the admission script (HOLD,
-``app/state/scripts.py``) at 2 to 128 live replicas.
+"""What the fleet's shared state costs one Redis: N gateway replicas (1 to
+128) over E engines (1 to 64), each admitting at a stated rate and
+heart-beating every third of its lease.
 
-Every admission of every replica runs HOLD once; it reads what every live
-replica holds on the engine and which tenants wait at each, so its cost
-grows with the fleet. For each fleet size this starts that many replicas'
-worth of shared state against one real ``redis-server`` (the gateway's own
-``SharedRedis``/``FleetState``, each replica with its lease, its holdings and
-two tenants waiting in its queue), then admits and releases as fast as
-``--clients`` concurrent callers can for ``--seconds``, and reads from Redis
-itself (``INFO commandstats``, ``INFO cpu``) what each HOLD cost the server.
-No engine runs. Redis runs one script at a time on one core: the server
-microseconds per call bound the admissions one Redis serves a second.
+For each fleet size, one process of simulated replicas
+(``benchmarks/shared_state_replicas.py``: the gateway's own ``SharedRedis``
+and ``FleetState``, so its real scripts) drives one real ``redis-server``:
+every replica admits ``--rate`` requests a second on a random engine, holds
+each ``--hold-seconds`` and releases it, publishes two waiting tenants and
+heart-beats. Measured: each hold's round trip at the client (p50/p99), the
+CPU Redis spent per admission (``INFO cpu``, everything the fleet asked of
+it: holds, releases, heartbeats), and each script's own time in Redis
+(``INFO commandstats`` and ``latencystats``: mean, p50, p99), timed alone on
+the fleet's state right after the load. Redis runs one script at a time on
+one core: 10⁶ ÷ its CPU µs per admission is the admissions a second one
+Redis core serves, at that fleet size. No engine runs.
+
+``--gateway-src DIR`` measures another source tree's scripts (e.g. a git
+worktree of an earlier commit): the replicas import ``app`` from there.
 
     make bench-shared-state
-    python -m benchmarks.shared_state --replicas 2,8,32,128 --seconds 5
+    python -m benchmarks.shared_state --replicas 1,8,32,128 --engines 1,8,64 --seconds 10
 """
 
-import asyncio
-import time
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-import redis.asyncio as aioredis
-
-from app.state import scripts
-from app.state.fleet import FleetState
-from app.state.redis import SharedRedis
 from benchmarks.harness import Processes, benchmark_parser, run_benchmark, table
+from benchmarks.shared_state_replicas import RUN_BY_PATH
 
-ENGINE = "http://engine-0:8000"
-# Generous: the fleet's holdings never fill it, so every HOLD that is the
-# fleet's turn is held (and released at once): the script's full path.
-BUDGET, CAP = 10**9, 10**9
-PRIORITY = "normal"
+REPLICAS_SCRIPT = Path(__file__).with_name("shared_state_replicas.py")
 
 
-async def one_fleet(url: str, replicas: int, clients: int, seconds: float) -> dict[str, Any]:
-    control = aioredis.Redis.from_url(url)
-    await control.flushall()
-    fleet = [SharedRedis(url, lease=600.0, timeout=5.0) for _ in range(replicas)]
-    states = [FleetState(shared) for shared in fleet]
-    for i, (shared, state) in enumerate(zip(fleet, states, strict=True)):
-        shared.up = True
-        await state.heartbeat({ENGINE: (i % 3, i % 2, i % 2)})
-        # Two tenants waiting at each replica, none earlier than the ones
-        # admitted below (their clocks start at 0 and are charged nothing).
-        await shared.client.hset(
-            shared.key("waiting", PRIORITY), shared.replica, f"idle-{i}-a\nidle-{i}-b"
-        )
-    # Loaded before the count starts: a first EVALSHA of an unknown script
-    # fails, and redis-py loads it and calls again (two calls for one hold).
-    await control.script_load(scripts.HOLD)
-    await control.config_resetstat()
-    cpu_before = await _server_cpu(control)
-    deadline = time.monotonic() + seconds
-    admitted = refused = 0
-
-    async def caller(n: int) -> None:
-        nonlocal admitted, refused
-        state = states[n % replicas]
-        while time.monotonic() < deadline:
-            held = await state.hold(ENGINE, (4, 1, 1), (BUDGET, CAP), (PRIORITY, f"t{n}", 0))
-            if held.ok:
-                admitted += 1
-                await state._shared.client.hincrby(
-                    state._shared.key("requests", ENGINE), state._shared.replica, -1
-                )
-            else:
-                refused += 1
-
-    started = time.monotonic()
-    await asyncio.gather(*(caller(n) for n in range(clients)))
-    elapsed = time.monotonic() - started
-    cpu = await _server_cpu(control) - cpu_before
-    stats = await control.info("commandstats")
-    evalsha = stats.get("cmdstat_evalsha", {})
-    for shared in fleet:
-        await shared.aclose()
-    await control.aclose()
-    calls = int(evalsha.get("calls", 0))
+def fleet_options(args: Any, url: str, replicas: int, engines: int) -> dict[str, Any]:
     return {
+        "url": url,
         "replicas": replicas,
-        "clients": clients,
-        "holds": admitted + refused,
-        "admitted": admitted,
-        "refused": refused,
-        "holds_per_s": (admitted + refused) / elapsed,
-        "hold_usec_per_call": float(evalsha.get("usec_per_call", 0.0)),
-        "hold_calls": calls,
-        "server_cpu_s": cpu,
-        "server_cpu_usec_per_hold": cpu / max(1, admitted + refused) * 1e6,
-        "max_holds_per_s_one_core": 1e6 / float(evalsha.get("usec_per_call") or 1.0),
+        "engines": engines,
+        "rate": args.rate,
+        "lease": args.lease,
+        "hold_seconds": args.hold_seconds,
+        "tenants": args.tenants,
+        "tokens": args.tokens,
+        "warmup": args.warmup,
+        "seconds": args.seconds,
+        "isolated_holds": args.isolated_holds,
+        "idle_seconds": args.idle_seconds,
     }
 
 
-async def _server_cpu(client: aioredis.Redis) -> float:
-    info = await client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+def one_fleet(src: str, options: dict[str, Any], log: Path | None = None) -> dict[str, Any]:
+    """One fleet's run, in a process of its own that imports ``app`` from
+    ``src``; its result."""
+    env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+    argv = [sys.executable, "-c", RUN_BY_PATH, str(REPLICAS_SCRIPT), json.dumps(options)]
+    done = subprocess.run(
+        argv, cwd=src, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    if log is not None:
+        log.write_text(done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"the simulated replicas failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _f(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def render(result: dict[str, Any]) -> str:
+    fleets = result["fleets"]
     rows = [
         [
-            str(r["replicas"]),
-            f"{r['holds']:,}",
-            f"{r['holds_per_s']:,.0f}",
-            f"{r['hold_usec_per_call']:.1f}",
-            f"{r['server_cpu_usec_per_hold']:.1f}",
-            f"{r['max_holds_per_s_one_core']:,.0f}",
+            str(f["replicas"]),
+            str(f["engines"]),
+            f"{f['admissions_per_s']:,.0f} ({f['offered_per_s']:,})",
+            f"{_f(f['hold_rtt_p50_ms'], 2)} / {_f(f['hold_rtt_p99_ms'], 2)}",
+            f"{_f(f['ping_rtt_p50_ms'], 2)} / {_f(f['ping_rtt_p99_ms'], 2)}",
+            f"{_f(f['hold_alone']['usec_per_call'])} / {_f(f['hold_alone']['p50_usec'])}"
+            f" / {_f(f['hold_alone']['p99_usec'])}",
+            _f(f["heartbeat_alone"]["usec_per_call"]),
+            _f(f["server_cpu_usec_per_admission"]),
+            f"{1e6 / max(f['server_cpu_usec_per_admission'], 1e-9):,.0f}",
+            f"{f['server_cpu_share']:.2f} / {f['load_cpu_share']:.2f}",
         ]
-        for r in result["fleets"]
+        for f in fleets
     ]
     head = [
         "live replicas",
-        "holds",
-        "holds/s measured",
-        "HOLD server µs/call",
-        "Redis CPU µs/hold",
-        "holds/s one Redis core (1e6 ÷ µs/call)",
+        "engines",
+        "admissions/s (offered)",
+        "HOLD round trip under load (one replica), p50 / p99 ms",
+        "PING round trip, same replica, p50 / p99 ms",
+        "HOLD in Redis, mean / p50 / p99 µs",
+        "heartbeat in Redis, µs",
+        "Redis CPU µs per admission",
+        "admissions/s one Redis core",
+        "cores busy: Redis / the other replicas' process",
     ]
-    clients = result["fleets"][0]["clients"] if result["fleets"] else 0
+    args = result["args"]
     return (
-        f"HOLD against one redis-server, {clients} concurrent callers, every replica with a lease,"
-        " holdings and two tenants waiting; no engine.\n\n" + table(head, rows)
+        f"Each replica admitting {args['rate']:g} requests a second (Poisson), holding each"
+        f" {args['hold_seconds']:g} s, heart-beating every {args['lease'] / 3:.2f} s (lease"
+        f" {args['lease']:g} s), two tenants waiting at each; {args['seconds']:g} s measured per"
+        " fleet. Round trip: at one replica in a process of its own (the others share one),"
+        " under that load; beside it, that replica's PINGs at the same rate on a connection of"
+        " their own (what the machine and the client take for a command that does nothing)."
+        " In Redis: INFO commandstats and latencystats, each script timed alone on the fleet's"
+        " state right after the load."
+        " Redis CPU: INFO cpu over the window, net of Redis idle, ÷ admissions (holds, releases"
+        " and heartbeats included); one core: 10⁶ ÷ that.\n\n" + table(head, rows) + "\n"
     )
 
 
 def main() -> None:
     p = benchmark_parser(__doc__ or "")
-    p.add_argument("--replicas", default="2,8,32,128")
-    p.add_argument("--clients", type=int, default=32)
-    p.add_argument("--seconds", type=float, default=5.0)
+    p.add_argument("--replicas", default="1,8,32,128", help="fleet sizes, comma-separated")
+    p.add_argument("--engines", default="1,8,64", help="engine counts, comma-separated")
+    p.add_argument("--rate", type=float, default=50.0, help="admissions a second per replica")
+    p.add_argument("--lease", type=float, default=5.0, help="GATEWAY_REDIS_LEASE_SECONDS")
+    p.add_argument("--hold-seconds", type=float, default=2.0, help="how long a request holds")
+    p.add_argument("--tenants", type=int, default=16, help="tenants admitted, fleet-wide")
+    p.add_argument("--tokens", type=int, default=1000, help="tokens charged per admission")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds before measuring")
+    p.add_argument("--seconds", type=float, default=10.0, help="seconds measured per fleet")
+    p.add_argument("--isolated-holds", type=int, default=400, help="holds timed alone")
+    p.add_argument("--idle-seconds", type=float, default=2.0, help="Redis idle, measured")
     args = p.parse_args()
     sizes = [int(x) for x in args.replicas.split(",") if x]
+    engine_counts = [int(x) for x in args.engines.split(",") if x]
 
     async def run(procs: Processes, out: Path) -> dict[str, Any]:
         url = procs.redis()
-        fleets = [await one_fleet(url, n, args.clients, args.seconds) for n in sizes]
-        for f in fleets:
-            print(
-                f"  {f['replicas']:>4} replicas: {f['holds_per_s']:,.0f} holds/s,"
-                f" {f['hold_usec_per_call']:.1f} µs/call in Redis",
-                flush=True,
-            )
+        fleets = []
+        for engines in engine_counts:
+            for replicas in sizes:
+                options = fleet_options(args, url, replicas, engines)
+                log = out / "logs" / f"replicas-{replicas}-engines-{engines}.log"
+                fleet = one_fleet(args.gateway_src, options, log)
+                fleets.append(fleet)
+                print(
+                    f"  {replicas:>4} replicas, {engines:>3} engines:"
+                    f" {fleet['admissions_per_s']:,.0f} admissions/s, hold round trip p99"
+                    f" {_f(fleet['hold_rtt_p99_ms'], 2)} ms, HOLD in Redis"
+                    f" {fleet['hold_alone']['usec_per_call']:.1f} µs,"
+                    f" {fleet['server_cpu_usec_per_admission']:.1f} Redis CPU µs per admission",
+                    flush=True,
+                )
         return {"fleets": fleets}
 
     run_benchmark("shared-state", args, run, render)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.identity import PRIORITIES
-from app.state import scripts
+from app.state import layout, scripts
 from app.state.redis import SharedRedis
 
 # What one replica holds on one engine: blocks, sequences, requests.
@@ -34,6 +34,12 @@ class Held:
     starts: Mapping[str, float] | None = None
 
 
+def _class_number(priority: str) -> int:
+    """A priority class as the scripts number them (1: the highest)."""
+    order: list[str] = list(PRIORITIES)
+    return order.index(priority) + 1
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -41,8 +47,26 @@ def _text(value: bytes | str) -> str:
 class FleetState:
     def __init__(self, shared: SharedRedis) -> None:
         self._shared = shared
-        self._hold = shared.client.register_script(scripts.HOLD)
-        self._beat = shared.client.register_script(scripts.HEARTBEAT)
+        client = shared.client
+        self._hold = client.register_script(scripts.HOLD)
+        self._release = client.register_script(scripts.RELEASE)
+        self._beat = client.register_script(scripts.HEARTBEAT)
+        self._publish = client.register_script(scripts.PUBLISH_WAITING)
+        # What this replica gave back on each engine that is not in Redis
+        # yet (its release waits in the writer's queue). A heartbeat writes
+        # what the replica holds plus this: the release, applied after it,
+        # takes it off once. Without it the release would come off twice —
+        # the fleet would count less than the engines hold and over-admit.
+        self._pending: dict[str, list[int]] = {}
+        # Queued writes are dropped when Redis goes down: so is what they
+        # would have given back (the next heartbeat writes the truth).
+        self._epoch = 0
+        shared.on_change(self._dropped)
+
+    def _dropped(self, up: bool) -> None:
+        if not up:
+            self._pending.clear()
+            self._epoch += 1
 
     @property
     def up(self) -> bool:
@@ -55,10 +79,6 @@ class FleetState:
     @property
     def timeout(self) -> float:
         return self._shared.timeout
-
-    def _keys(self, engine: str) -> list[str]:
-        key = self._shared.key
-        return [key("blocks", engine), key("sequences", engine), key("requests", engine)]
 
     async def hold(
         self,
@@ -75,12 +95,10 @@ class FleetState:
         shared = self._shared
         budget, cap = limits
         priority, name, tokens = tenant
-        order: list[str] = list(PRIORITIES)
-        higher = order[: order.index(priority)]
-        keys = [shared.key("alive"), *self._keys(engine), shared.key("fair", priority)]
-        keys += [shared.key("waiting", c) for c in (priority, *higher)]
+        keys = layout.fleet_state() + layout.engine(engine)
         args: list[str | int] = [shared.replica, want[0], want[1]]
         args += [-1 if budget is None else budget, cap, shared.lease_ms, name, tokens]
+        args += [_class_number(priority)]
         args += [rival for rival in rivals if rival != name]
         answer = await shared.call(lambda _: self._hold(keys=keys, args=args))
         ok, blocks, sequences, requests, served, vtime = answer[:6]
@@ -100,41 +118,53 @@ class FleetState:
 
     def publish_waiting(self, waiting: Mapping[str, Sequence[str]]) -> None:
         """Tell the fleet which tenants wait at this replica in each class
-        (none: nothing waits there)."""
-        shared = self._shared
+        (none: nothing waits there); sent on, in order."""
 
         async def write(client: object) -> None:
-            pipe = shared.client.pipeline(transaction=False)
-            for priority, tenants in waiting.items():
-                key = shared.key("waiting", priority)
-                if tenants:
-                    # Tenant ids never hold a newline (app.identity).
-                    pipe.hset(key, shared.replica, "\n".join(tenants))
-                else:
-                    pipe.hdel(key, shared.replica)
-            await pipe.execute()
-
-        shared.send(write)
-
-    def release(self, engine: str, holding: Holding) -> None:
-        replica = self._shared.replica
-        keys = self._keys(engine)
-
-        async def write(client: object) -> None:
-            pipe = self._shared.client.pipeline(transaction=False)
-            for key, amount in zip(keys, holding, strict=True):
-                pipe.hincrby(key, replica, -amount)
-            await pipe.execute()
+            await self.publish(waiting)
 
         self._shared.send(write)
 
+    async def publish(self, waiting: Mapping[str, Sequence[str]]) -> None:
+        """``publish_waiting``, awaited."""
+        shared = self._shared
+        args: list[str | int] = [shared.replica, shared.lease_ms]
+        for priority, tenants in waiting.items():
+            # Tenant ids never hold a newline (app.identity).
+            args += [_class_number(priority), "\n".join(tenants)]
+        await self._publish(keys=layout.fleet_state(), args=args)
+
+    def release(self, engine: str, holding: Holding) -> None:
+        """Give back what a request held on ``engine``; sent on, in order."""
+        shared = self._shared
+        if not shared.up:
+            return
+        args: list[str | int] = [shared.replica, shared.lease_ms, *holding]
+        pending = self._pending.setdefault(engine, [0, 0, 0])
+        for i, amount in enumerate(holding):
+            pending[i] += amount
+        epoch = self._epoch
+
+        async def write(client: object) -> None:
+            try:
+                await self._release(keys=layout.engine(engine), args=args)
+            finally:
+                if epoch == self._epoch:
+                    for i, amount in enumerate(holding):
+                        pending[i] -= amount
+
+        shared.send(write)
+
     async def heartbeat(self, holdings: dict[str, Holding]) -> dict[str, Holding]:
-        """Write what this replica holds on each engine; the fleet's totals."""
+        """Write what this replica holds on each engine (and what it gave
+        back there that Redis has not been told yet); the fleet's totals."""
         shared = self._shared
         engines = list(holdings)
-        keys = [shared.key("alive")] + [k for e in engines for k in self._keys(e)]
+        keys = layout.fleet_state() + [k for e in engines for k in layout.engine(e)]
         args: list[str | int] = [shared.replica, shared.lease_ms]
-        args += [amount for e in engines for amount in holdings[e]]
+        for engine in engines:
+            pending = self._pending.get(engine, (0, 0, 0))
+            args += [held + gone for held, gone in zip(holdings[engine], pending, strict=True)]
         answer = await self._beat(keys=keys, args=args)
         shared.replicas = max(1, int(answer[0]))
         totals = [int(x) for x in answer[1:]]
@@ -149,7 +179,7 @@ class FleetState:
         client, out = self._shared.client, {}
         for priority, tenants in queued.items():
             names = list(tenants)
-            values = await client.hmget(self._shared.key("fair", priority), ["", *names])
+            values = await client.hmget(layout.fleet("fair", priority), ["", *names])
             vtime = float(values[0] or 0)
             served = {n: float(v) for n, v in zip(names, values[1:], strict=True) if v is not None}
             out[priority] = (served, vtime)

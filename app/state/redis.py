@@ -27,7 +27,6 @@ from redis.exceptions import RedisError
 
 log = logging.getLogger("gateway.state")
 
-PREFIX = "{gw}"
 Write = Callable[[redis.Redis], Awaitable[Any]]
 
 
@@ -65,9 +64,6 @@ class SharedRedis:
         host = parts.hostname or ""
         where = f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
         return {"url": where, "up": self.up, "replica": self.replica, "replicas": self.replicas}
-
-    def key(self, *parts: str) -> str:
-        return ":".join((PREFIX, *parts))
 
     def on_heartbeat(self, beat: Callable[[], Awaitable[None]]) -> None:
         """Run ``beat`` (which calls Redis itself) on every heartbeat."""

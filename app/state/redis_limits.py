@@ -18,7 +18,7 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from redis.exceptions import RedisError
 
-from app.state import scripts
+from app.state import layout, scripts
 from app.state.base import SlotCounts, Verdict
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
@@ -31,7 +31,7 @@ class RedisLimits:
         storage = RedisStorage(
             "async+" + shared.url,
             implementation="redispy",
-            key_prefix=shared.key("requests"),
+            key_prefix=layout.fleet("requests"),
             # The storage passes its options on to redis-py (typed loosely).
             connection_pool=shared.client.connection_pool,  # type: ignore[arg-type]
         )
@@ -40,6 +40,7 @@ class RedisLimits:
         self._reserve = client.register_script(scripts.RESERVE_TOKENS)
         self._settle = client.register_script(scripts.SETTLE_TOKENS)
         self._acquire = client.register_script(scripts.ACQUIRE_SLOT)
+        self._set_slots = client.register_script(scripts.SET_SLOTS)
         # This replica's slots per key: the truth its heartbeat writes.
         self._slots = SlotCounts()
         shared.on_heartbeat(self._beat)
@@ -59,7 +60,7 @@ class RedisLimits:
     async def reserve_tokens(
         self, key: str, charge: str, tokens: int, limit: int, window: int
     ) -> Verdict:
-        keys = [self._shared.key("tokens", key), self._shared.key("charges", key)]
+        keys = layout.tokens(key)
         args: list[str | int] = [charge, tokens, limit, window * 1000]
         allowed, total, wait_ms, reset_ms = await self._shared.call(
             lambda _: self._reserve(keys=keys, args=args)
@@ -70,7 +71,7 @@ class RedisLimits:
         )
 
     def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
-        keys = [self._shared.key("charges", key)]
+        keys = layout.tokens(key)[1:]
 
         async def write(_: object) -> None:
             await self._settle(keys=keys, args=[charge, tokens])
@@ -82,32 +83,35 @@ class RedisLimits:
         # Counted here first: a heartbeat while Redis answers writes it too.
         self._slots.take(key)
         try:
-            keys = [shared.key("alive"), shared.key("slots", key)]
             args: list[str | int] = [shared.replica, limit, shared.lease_ms]
-            taken = bool(await shared.call(lambda _: self._acquire(keys=keys, args=args)))
+            taken = bool(
+                await shared.call(lambda _: self._acquire(keys=layout.slots(key), args=args))
+            )
         except RedisError:
             self.release_slot(key)
             raise
         if not taken:
-            self._slots[key] -= 1
+            self._slots.give_back(key)
         return taken
 
     def release_slot(self, key: str) -> None:
         held = self._slots.give_back(key)
-        field, slots = self._shared.replica, self._shared.key("slots", key)
 
         async def write(_: object) -> None:
-            await self._shared.client.hset(slots, field, str(max(0, held)))
+            await self._write_slots({key: held})
 
         self._shared.send(write)
 
     async def _beat(self) -> None:
-        if not self._slots:
-            return
-        pipe = self._shared.client.pipeline(transaction=False)
-        for key, held in self._slots.items():
-            pipe.hset(self._shared.key("slots", key), self._shared.replica, str(held))
-        await pipe.execute()
+        if self._slots:
+            await self._write_slots(self._slots)
+
+    async def _write_slots(self, held: dict[str, int]) -> None:
+        """Write what this replica holds of each key's slots (the truth)."""
+        shared = self._shared
+        keys = [k for key in held for k in layout.slots(key)]
+        args: list[str | int] = [shared.replica, shared.lease_ms, *held.values()]
+        await self._set_slots(keys=keys, args=args)
 
 
 class SharedLimits:

@@ -1,56 +1,66 @@
 """The server-side scripts that keep shared state atomic in Redis.
 
 Time is Redis's own (``TIME``), so replicas on hosts whose clocks disagree
-still agree on leases and windows. A replica is alive while its entry in
-``{gw}:alive`` (score: lease expiry, ms) is in the future; what a replica
-holds on an engine is a field of that engine's hashes, and only the fields
-of live replicas count — a replica killed without a drain stops counting
-when its lease runs out, with nothing to clean up first.
+still agree on leases and windows. The fleet's scripts start with
+``leases.PRELUDE``: what replicas hold lives in pools whose totals are kept
+as they change, a replica counts while its lease is alive and is taken out
+by the first call that finds it expired, and the fair order's waiting
+tenants are a sorted set by clock — so what a call costs grows with what it
+changes (and with the replicas that expired since the last call), not with
+the number of live replicas. Keys: ``app.state.keys``.
 """
 
-# KEYS: alive, blocks:{engine}, sequences:{engine}, requests:{engine},
-#       fair:{class}, waiting:{class}, then waiting:{c} of every higher class
+from app.state.leases import PRELUDE
+
+# KEYS: keys.fleet_state(), then the engine's pool (keys.engine)
 # ARGV: replica, blocks, sequences, budget_blocks (-1: unknown), max_sequences,
-#       lease_ms, tenant, tokens, then the other tenants waiting at this
-#       replica in the class
+#       lease_ms, tenant, tokens, class (1-based, in priority order), then the
+#       other tenants waiting at this replica in the class
 # Holds the request on the engine if it is the fleet's turn for it and it
 # fits what every live replica holds, and charges its tenant's fair-share
-# clock. The turn is decided on the fleet's clocks alone: no live replica
-# has a request waiting in a higher class, and no tenant waiting anywhere in
-# this class starts earlier (each replica publishes the tenants waiting
-# there in waiting:{class}, one per line; this replica's own are in ARGV,
-# current). A replica picks its candidate by its own copy of the clocks,
-# which lags what the others admitted; the copy does not decide the turn.
+# clock. The turn is decided on the fleet's clocks alone: no tenant waits at
+# another live replica in a higher class, and no other tenant waiting at one
+# in this class starts earlier (the waiting tenants by clock: one range
+# query; this replica's own are in ARGV, current, and what it published is
+# not counted against it). A replica picks its candidate by its own copy of
+# the clocks, which lags what the others admitted; the copy does not decide
+# the turn.
 # Returns {0 refused for room / 1 held / 2 a tenant waiting at another
 # replica goes first / 3 one waiting here goes first, fleet blocks, fleet
 # sequences, fleet requests (before this one), tenant's clock, class clock},
 # and for 3 the fleet's start of this tenant and of each one waiting here
 # (pairs), for the replica to decide again with.
-HOLD = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local replica = ARGV[1]
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[6]), replica)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
-local function total(key)
-  local sum = 0
-  for _, v in ipairs(redis.call('HMGET', key, unpack(live))) do
-    if v then sum = sum + tonumber(v) end
-  end
-  return sum
+HOLD = (
+    PRELUDE
+    + """
+local now = now_ms()
+local replica, tenant = ARGV[1], ARGV[7]
+local deadline = now + tonumber(ARGV[6])
+local f = fleet_at(1)
+fleet_renew(f, replica, deadline)
+fleet_reclaim(f, now)
+local p = pool_at(3 + 4 * CLASSES, 3)
+local renewed = pool_renew(p, replica, deadline)
+pool_reclaim(p, now)
+local held, total = pool_read(p, replica)
+local blocks, sequences, requests = total[1], total[2], total[3]
+local class = tonumber(ARGV[9])
+local c = f.classes[class]
+-- The class's clock, this tenant's and the rivals' (ARGV[10]...), in one read.
+local names = {'', tenant}
+for i = 10, #ARGV do names[#names + 1] = ARGV[i] end
+local clocks = redis.call('HMGET', c.fair, unpack(names))
+local vtime = tonumber(clocks[1] or '0')
+local function start(i)
+  return math.max(tonumber(clocks[i] or '0'), vtime)
 end
-local blocks, sequences, requests = total(KEYS[2]), total(KEYS[3]), total(KEYS[4])
-local vtime = tonumber(redis.call('HGET', KEYS[5], '') or '0')
-local function start(tenant)
-  return math.max(tonumber(redis.call('HGET', KEYS[5], tenant) or '0'), vtime)
-end
-local mine = start(ARGV[7])
+local mine = start(2)
 local earlier = false
-local starts = {ARGV[7], tostring(mine)}
-for i = 9, #ARGV do
-  local clock = start(ARGV[i])
+local starts = {tenant, tostring(mine)}
+for i = 3, #names do
+  local clock = start(i)
   if clock < mine then earlier = true end
-  starts[#starts + 1] = ARGV[i]
+  starts[#starts + 1] = names[i]
   starts[#starts + 1] = tostring(clock)
 end
 if earlier then
@@ -58,17 +68,46 @@ if earlier then
   for _, v in ipairs(starts) do out[#out + 1] = v end
   return out
 end
-for i = 6, #KEYS do
-  local waiting = redis.call('HMGET', KEYS[i], unpack(live))
-  for j, tenants in ipairs(waiting) do
-    if tenants and live[j] ~= replica then
-      for tenant in string.gmatch(tenants, '[^\\n]+') do
-        if i > 6 or (tenant ~= ARGV[7] and start(tenant) < mine) then
-          return {2, blocks, sequences, requests, '0', '0'}
-        end
-      end
+-- What this replica published as waiting in class k (read if needed).
+local here = {}
+local function published_here(k, name)
+  if not here[k] then
+    here[k] = {}
+    for _, t in ipairs(lines(redis.call('HGET', f.classes[k].waiting, replica))) do
+      here[k][t] = true
     end
   end
+  return here[k][name]
+end
+-- Whether a tenant waits at another live replica in class k (below: whose
+-- clock is below it, and which is not this tenant).
+local function waits_elsewhere(k, below)
+  local queued, queuers = f.classes[k].queued, f.classes[k].queuers
+  local offset = 0
+  while true do
+    local batch
+    if below then
+      batch = redis.call('ZRANGEBYSCORE', queued, '-inf', '(' .. below, 'LIMIT', offset, 8)
+    else
+      batch = redis.call('ZRANGE', queued, offset, offset + 7)
+    end
+    for _, name in ipairs(batch) do
+      if not (below and name == tenant) then
+        local at = tonumber(redis.call('HGET', queuers, name) or '0')
+        if at > 1 or not published_here(k, name) then return true end
+      end
+    end
+    if #batch < 8 then return false end
+    offset = offset + 8
+  end
+end
+-- A start below the class clock is the clock: nobody starts before it.
+local turn = not (mine > vtime and waits_elsewhere(class, mine))
+for k = 1, class - 1 do
+  if turn and waits_elsewhere(k, nil) then turn = false end
+end
+if not turn then
+  return {2, blocks, sequences, requests, '0', '0'}
 end
 local want_blocks, want_sequences = tonumber(ARGV[2]), tonumber(ARGV[3])
 local budget, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -77,39 +116,124 @@ local fits = requests == 0 or (
 if not fits then
   return {0, blocks, sequences, requests, '0', '0'}
 end
-redis.call('HINCRBY', KEYS[2], replica, want_blocks)
-redis.call('HINCRBY', KEYS[3], replica, want_sequences)
-redis.call('HINCRBY', KEYS[4], replica, 1)
-redis.call('HSET', KEYS[5], ARGV[7], tostring(mine + tonumber(ARGV[8])), '', tostring(mine))
-return {1, blocks, sequences, requests, tostring(mine + tonumber(ARGV[8])), tostring(mine)}
+local now_held = {held[1] + want_blocks, held[2] + want_sequences, held[3] + 1}
+pool_write(p, replica, held, now_held, total, deadline, renewed)
+local served = tostring(mine + tonumber(ARGV[8]))
+redis.call('HSET', c.fair, tenant, served, '', tostring(mine))
+redis.call('ZADD', c.queued, 'XX', served, tenant)
+return {1, blocks, sequences, requests, served, tostring(mine)}
 """
+)
 
-# KEYS: alive, then for each engine its blocks, sequences, requests hashes
+# KEYS: a pool (keys.engine, keys.slots)
+# ARGV: replica, lease_ms, then what it gives back (one amount per count)
+# Gives back part of what the replica holds (never below nothing).
+RELEASE = (
+    PRELUDE
+    + """
+local delta = {}
+for i = 3, #ARGV do delta[#delta + 1] = -tonumber(ARGV[i]) end
+pool_add(pool_at(1, #delta), ARGV[1], delta, now_ms() + tonumber(ARGV[2]))
+return 1
+"""
+)
+
+# KEYS: keys.fleet_state(), then each engine's pool (keys.engine)
 # ARGV: replica, lease_ms, then for each engine its held blocks, sequences,
 #       requests (what this replica holds: the truth, written over the mirror)
-# Renews the lease, writes the replica's holdings, forgets replicas whose
-# lease ran out long ago, and returns the fleet's totals per engine and the
-# number of live replicas.
-HEARTBEAT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+# Renews the lease, writes the replica's holdings, and returns the number of
+# live replicas and the fleet's totals per engine.
+HEARTBEAT = (
+    PRELUDE
+    + """
+local now = now_ms()
 local replica = ARGV[1]
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), replica)
-local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 60000)
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
-local out = {#live}
-for i = 2, #KEYS do
-  redis.call('HSET', KEYS[i], replica, ARGV[i + 1])
-  for _, r in ipairs(dead) do redis.call('HDEL', KEYS[i], r) end
-  local sum = 0
-  for _, v in ipairs(redis.call('HMGET', KEYS[i], unpack(live))) do
-    if v then sum = sum + tonumber(v) end
-  end
-  table.insert(out, sum)
+local deadline = now + tonumber(ARGV[2])
+local f = fleet_at(1)
+fleet_renew(f, replica, deadline)
+fleet_reclaim(f, now)
+fleet_forget(f, now)
+local out = {redis.call('ZCARD', f.alive)}
+local first = 3 + 4 * CLASSES
+for e = 0, (#KEYS - first + 1) / 3 - 1 do
+  local p = pool_at(first + 3 * e, 3)
+  pool_reclaim(p, now)
+  pool_forget(p, now)
+  local a = 3 + 3 * e
+  local v = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])}
+  for _, x in ipairs(pool_set(p, replica, v, deadline)) do out[#out + 1] = x end
 end
-if #dead > 0 then redis.call('ZREM', KEYS[1], unpack(dead)) end
 return out
 """
+)
+
+# KEYS: keys.fleet_state()
+# ARGV: replica, lease_ms, then pairs: class (1-based), the tenants waiting at
+#       this replica in it, one per line (empty: none)
+# Renews the lease and tells the fleet who waits here: what changed since
+# the replica last said so is counted in or out.
+PUBLISH_WAITING = (
+    PRELUDE
+    + """
+local replica = ARGV[1]
+local f = fleet_at(1)
+fleet_renew(f, replica, now_ms() + tonumber(ARGV[2]))
+for i = 3, #ARGV, 2 do
+  local c = f.classes[tonumber(ARGV[i])]
+  local before, after = {}, {}
+  for _, t in ipairs(lines(redis.call('HGET', c.waiting, replica))) do before[t] = true end
+  for _, t in ipairs(lines(ARGV[i + 1])) do after[t] = true end
+  for t in pairs(before) do
+    if not after[t] then queue(c, t, -1) end
+  end
+  for t in pairs(after) do
+    if not before[t] then queue(c, t, 1) end
+  end
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', c.waiting, replica)
+  else
+    redis.call('HSET', c.waiting, replica, ARGV[i + 1])
+  end
+end
+return 1
+"""
+)
+
+# KEYS: the key's slots pool (keys.slots)
+# ARGV: replica, limit, lease_ms
+# Takes a slot if the live replicas hold fewer than the limit.
+ACQUIRE_SLOT = (
+    PRELUDE
+    + """
+local now = now_ms()
+local deadline = now + tonumber(ARGV[3])
+local p = pool_at(1, 1)
+local renewed = pool_renew(p, ARGV[1], deadline)
+pool_reclaim(p, now)
+local held, total = pool_read(p, ARGV[1])
+if total[1] >= tonumber(ARGV[2]) then return 0 end
+pool_write(p, ARGV[1], held, {held[1] + 1}, total, deadline, renewed)
+return 1
+"""
+)
+
+# KEYS: one or more keys' slots pools (keys.slots)
+# ARGV: replica, lease_ms, then the slots it holds of each (the truth)
+# Writes what the replica holds and renews its leases there.
+SET_SLOTS = (
+    PRELUDE
+    + """
+local now = now_ms()
+local deadline = now + tonumber(ARGV[2])
+for i = 0, #KEYS / 3 - 1 do
+  local p = pool_at(1 + 3 * i, 1)
+  pool_reclaim(p, now)
+  pool_forget(p, now)
+  pool_set(p, ARGV[1], {tonumber(ARGV[3 + i])}, deadline)
+end
+return 1
+"""
+)
 
 # KEYS: the key's token log (ZSET charge -> ms), its charges (HASH charge ->
 #       tokens)
@@ -164,22 +288,5 @@ SETTLE_TOKENS = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
-return 1
-"""
-
-# KEYS: alive, slots:{key} (HASH replica -> slots held)
-# ARGV: replica, limit, lease_ms
-# Takes a slot if the live replicas hold fewer than the limit.
-ACQUIRE_SLOT = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf')
-local held = 0
-for _, v in ipairs(redis.call('HMGET', KEYS[2], unpack(live))) do
-  if v then held = held + tonumber(v) end
-end
-if held >= tonumber(ARGV[2]) then return 0 end
-redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
 return 1
 """

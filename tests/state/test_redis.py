@@ -3,6 +3,7 @@ leases that expire, settleable token limits, slots, and what happens when
 Redis stops answering."""
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -55,6 +56,34 @@ async def test_two_replicas_deciding_at_once_never_overbook_an_engine(
     totals = await fleets[0].heartbeat({"e": (0, 0, 0)})
     held_by_second = sum(a.ok for a in answers[20:])
     assert totals["e"][0] == 3 * held_by_second
+
+
+async def test_a_release_still_queued_when_a_heartbeat_writes_comes_off_once(
+    replicas: list[SharedRedis],
+) -> None:
+    first, second = (FleetState(one) for one in replicas)
+    assert (await first.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
+    # The request ends: this replica now holds nothing there, and the
+    # release waits in the writer's queue (the writer is not running yet)
+    # when a heartbeat writes what the replica holds.
+    first.release("e", (10, 1, 1))
+    assert await first.heartbeat({"e": (0, 0, 0)}) == {"e": (10, 1, 1)}
+    writer = asyncio.create_task(replicas[0].run())
+    try:
+        # Then the release is applied: it comes off once, not twice (which
+        # would leave the fleet counting less than the engine holds).
+        assert (await first.hold("e", (6, 1, 1), (24, 100), ("normal", "t", 1))).ok
+
+        async def settled() -> bool:
+            return (await second.heartbeat({"e": (0, 0, 0)}))["e"] == (6, 1, 1)
+
+        assert await wait_for(settled, timeout=30)
+        # And what it gave back is no longer added to what it holds.
+        assert await first.heartbeat({"e": (6, 1, 1)}) == {"e": (6, 1, 1)}
+    finally:
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
 
 
 async def test_a_replica_that_stops_renewing_its_lease_stops_counting(
@@ -139,15 +168,13 @@ async def test_a_replica_waits_its_turn_behind_a_tenant_waiting_at_another(
     # The first replica (alive: its lease renewed) has "light" waiting,
     # behind "heavy" in its own (lagging) copy of the clocks.
     await first.heartbeat({})
-    waiting = "{gw}:waiting:"
-    await replicas[0].client.hset(waiting + "normal", replicas[0].replica, "heavy\nlight")
+    await first.publish({"normal": ["heavy", "light"]})
     turn = await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))
     assert turn.not_my_turn
     assert not turn.ok
     assert (await first.hold("e", (1, 1, 1), (100, 100), ("normal", "light", 10))).ok
     # A request waiting in a higher class goes before any normal request.
-    await replicas[0].client.hset(waiting + "high", replicas[0].replica, "vip")
-    await replicas[0].client.hdel(waiting + "normal", replicas[0].replica)
+    await first.publish({"high": ["vip"], "normal": []})
     assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 10))).not_my_turn
     assert (await second.hold("e", (1, 1, 1), (100, 100), ("high", "other", 10))).ok
 
