@@ -245,8 +245,9 @@ class GatewayMetrics:
         )
         self.tenant_tokens = Counter(
             "gateway_tenant_tokens",
-            "Tokens per tenant named in the keys file: admitted (worst case held against its"
-            " limit) and used (what the engine reported).",
+            "Tokens per tenant named in the keys file: admitted (charged against its limit"
+            " when admitted, between its estimate and its worst case) and used (what the"
+            " engine reported).",
             ["tenant", "kind"],
             registry=r,
         )

@@ -132,14 +132,19 @@ def _count_decides(settings: Settings, charged: bool) -> bool:
 async def _charge(
     quota: KeyQuota, key: KeyEntry, record: RequestRecord, demand: Demand
 ) -> dict[str, str]:
-    """Hold the request's worst case against its key's limits; it settles to
-    what it used when it ends. Returns the rate-limit headers to answer with."""
-    charge = await quota.charge(key, record.engine_request_id, demand.worst_usage)
-    record.charged_tokens, record.charged_wall = demand.worst_usage, time.time()
+    """Charge the request against its key's limits (between its estimate
+    and its worst case: ``app.keys.quota``); it settles to what it used when
+    it ends, and a completed one teaches the key's estimate. Returns the
+    rate-limit headers to answer with."""
+    worst = demand.worst_usage
+    charge = await quota.charge(key, record.engine_request_id, worst, demand.prompt_tokens)
+    record.worst_tokens, record.charged_wall = worst, time.time()
+    record.charged_tokens = worst if charge.charged is None else charge.charged
 
     def settle(ended: RequestRecord) -> None:
         ended.used_tokens = tokens_used(ended, demand.prompt_tokens)
-        charge.settle(ended.used_tokens)
+        completed = ended.outcome == "completed" and ended.completion_tokens is not None
+        charge.settle(ended.used_tokens, ended.completion_tokens if completed else None)
 
     record.on_end(settle)
     return charge.headers

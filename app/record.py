@@ -103,9 +103,11 @@ class RequestRecord:
     status: int = 0
     ended_at: float = 0.0
     error: str | None = None
-    # Tokens held against the key's limit (its worst case) from the wall-clock
-    # time ``charged_wall``, and what the request used.
+    # Tokens held against the key's limit (between its estimate and its worst
+    # case ``worst_tokens``) from the wall-clock time ``charged_wall``, and
+    # what the request used.
     charged_tokens: int = 0
+    worst_tokens: int = 0
     charged_wall: float | None = None
     used_tokens: int = 0
 
@@ -184,6 +186,7 @@ class RequestRecord:
             "phase": self.phase,
             "key_id": self.key_id,
             "charged_tokens": self.charged_tokens or None,
+            "worst_tokens": self.worst_tokens or None,
             "charged_ts": None if self.charged_wall is None else round(self.charged_wall, 4),
             "used_tokens": self.used_tokens if self.charged_wall is not None else None,
             "prompt_tokens": self.prompt_tokens,

@@ -10,13 +10,14 @@ and whether the key's tenant — not the client — decides fairness.
    refused users wait ``Retry-After``. Once with one gateway (limits in
    process), once with two gateways sharing the limit through Redis (users
    split between them). From the gateways' access logs (one JSON line per
-   request: ``charged_ts``, ``charged_tokens``, ``used_tokens``): the tokens
-   the key was charged in every sliding window over ``charged_ts``, against
-   the limit and against the limit plus one request's worst case.
-   Beside it, a counterfactual computed from the same run's requests (their
-   token counts and durations, replayed by the same number of users): what a
-   limiter that charges only after the response would have let through, and,
-   as a check of the replay, the reserve-then-settle rule replayed the same way.
+   request: ``charged_ts``, ``charged_tokens``, ``worst_tokens``,
+   ``used_tokens``): the tokens the key was charged in every sliding window
+   over ``charged_ts``, against the limit and against the limit plus one
+   request's worst case. Beside it, counterfactuals computed from the same
+   run's requests (their token counts and durations, replayed by the same
+   number of users): a limiter that reserves every request's worst case
+   until it ends (the rule before the gateway charged an estimate), and one
+   that charges only after the response.
 2. *fairness*: two keys (two tenants) at 10:1 load (closed-loop users,
    fixed lengths) through a gateway at a small engine (24 KV blocks): the
    light tenant's share of the tokens admitted while both tenants have
@@ -104,13 +105,19 @@ class Request:
     worst: int
 
 
+def worst_of(record: dict[str, Any]) -> int:
+    """A request's worst case, from its access-log line (``charged_tokens``
+    in logs from before the gateway charged an estimate)."""
+    return int(record.get("worst_tokens") or record["charged_tokens"])
+
+
 def replay(
     requests: list[Request], users: int, limit: int, window: float, seconds: float, rule: str
 ) -> list[tuple[float, int]]:
     """Replay the run's requests (in their order, with their token counts and
-    durations) through ``users`` closed-loop users and a limiter: ``settle``
+    durations) through ``users`` closed-loop users and a limiter: ``worst``
     holds each request's worst case from its start and what it used once it
-    ended (the gateway's rule); ``after`` counts a request only once its
+    ended; ``after`` counts a request only once its
     response has ended, and lets a request through while the count is under
     the limit. A refused user tries again at the next 10 ms step. Returns the
     requests let through as (start, tokens used)."""
@@ -123,7 +130,7 @@ def replay(
         t = i * step
         # What ended before the window can never count again.
         active = [a for a in active if a[1] > t - window]
-        if rule == "settle":
+        if rule == "worst":
             count = sum(u if e <= t else w for s, e, u, w in active if s > t - window)
         else:
             count = sum(u for s, e, u, w in active if e <= t)
@@ -133,7 +140,7 @@ def replay(
             if not queue:
                 queue = list(reversed(requests))
             nxt = queue[-1]
-            if rule == "settle" and count + nxt.worst > limit:
+            if rule == "worst" and count + nxt.worst > limit:
                 break
             if rule == "after" and count >= limit:
                 break
@@ -141,7 +148,7 @@ def replay(
             active.append((t, t + nxt.duration, nxt.used, nxt.worst))
             done.append((t, nxt.used))
             free_at[user] = t + nxt.duration
-            if rule == "settle":
+            if rule == "worst":
                 count += nxt.worst
     return done
 
@@ -201,11 +208,12 @@ async def accuracy(
     charged = [r for r in records if r.get("charged_ts") is not None]
     events = [(float(r["charged_ts"]), int(r["used_tokens"] or 0)) for r in charged]
     in_windows = sliding(events, args.window, started_wall, ended_wall)
-    worst = max((int(r["charged_tokens"]) for r in charged), default=0)
-    over_reservation = [
-        int(r["used_tokens"]) - int(r["charged_tokens"])
+    worst = max((worst_of(r) for r in charged), default=0)
+    # Beyond its worst case only where a prompt was estimated, not counted.
+    over_worst = [
+        int(r["used_tokens"]) - worst_of(r)
         for r in charged
-        if int(r["used_tokens"] or 0) > int(r["charged_tokens"])
+        if int(r["used_tokens"] or 0) > worst_of(r)
     ]
     # The counterfactual: the same requests replayed through each rule.
     requests = sorted(
@@ -214,7 +222,7 @@ async def accuracy(
                 start=float(r["charged_ts"]),
                 duration=float(r["arrival_ts"]) + float(r["total_s"]) - float(r["charged_ts"]),
                 used=int(r["used_tokens"] or 0),
-                worst=int(r["charged_tokens"]),
+                worst=worst_of(r),
             )
             for r in charged
             if r.get("status") == 200
@@ -223,7 +231,7 @@ async def accuracy(
     )
     seconds = ended_wall - started_wall
     replays = {}
-    for rule in ("settle", "after"):
+    for rule in ("worst", "after"):
         let_through = replay(requests, args.users, args.limit, args.window, seconds, rule)
         replays[rule] = asdict(sliding(let_through, args.window, 0.0, seconds))
     completions = [c.completion_tokens for c in calls if c.status == 200]
@@ -241,11 +249,13 @@ async def accuracy(
         "completion_tokens_max": max(completions, default=0),
         "charged_records": len(charged),
         "worst_case_max": worst,
-        "used_over_reservation": len(over_reservation),
-        "used_over_reservation_max": max(over_reservation, default=0),
+        "charged_mean": sum(int(r["charged_tokens"]) for r in charged) / max(1, len(charged)),
+        "worst_mean": sum(worst_of(r) for r in charged) / max(1, len(charged)),
+        "used_over_worst_case": len(over_worst),
+        "used_over_worst_case_max": max(over_worst, default=0),
         "measured": asdict(in_windows),
         "bound": args.limit + worst,
-        "replay_settle": replays["settle"],
+        "replay_worst": replays["worst"],
         "replay_after": replays["after"],
         "others_cores": round(window.others_cores, 3),
     }
@@ -264,8 +274,8 @@ def accuracy_table(results: list[dict[str, Any]]) -> str:
     for r in results:
         limit = r["limit"]
         for name, key in (
-            ("reserve worst case, settle to usage (measured)", "measured"),
-            ("the same, replayed", "replay_settle"),
+            ("charge the estimate, up to the worst case; settle to usage (measured)", "measured"),
+            ("reserve the worst case, settle to usage (replayed)", "replay_worst"),
             ("charge after the response (replayed)", "replay_after"),
         ):
             w = Windows(**r[key])

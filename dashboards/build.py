@@ -386,7 +386,7 @@ def gateway_dashboard() -> dashboard.Dashboard:
                     )
                 ],
                 "short",
-                "Tenants of the keys file. Admitted: the worst case held against the key's token limit when a request is admitted; used: what the engine reported (prompt + completion), what the limit settles to.",
+                "Tenants of the keys file. Admitted: what a request is charged against the key's token limit when it is admitted (between its estimate and its worst case); used: what the engine reported (prompt + completion), what the limit settles to.",
             )
         )
         .with_panel(

@@ -5,6 +5,7 @@ against a scripted engine, not slept into. With keys on: who may ask, for
 what, how much — and that a refused request never reaches the engine."""
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from app.admission.base import AdmissionRequest
 from app.admission.controller import AdmissionController, KvHold
+from app.keys.output import MIN_SAMPLES
 from app.record import RequestRecord
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.keys import key_entry, write_keys_file
@@ -363,3 +365,46 @@ async def test_a_completed_stream_pays_its_usage(keys_file: Path) -> None:
         await exchange.done()
         assert exchange.headers["x-ratelimit-limit-tokens"] == "100"
         assert gateway.metric("gateway_tenant_tokens_total", tenant="acme", kind="used") == 5
+
+
+async def test_what_a_key_is_charged_is_learned_from_its_completed_requests(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Completed requests teach the key's estimate; cancelled ones do not
+    (a stream cut after one token says nothing about the next)."""
+    entry = key_entry("acme-1", "acme", "key-acme", tokens_per_minute=100_000)
+    keys = write_keys_file(tmp_path / "keys.yaml", [entry])
+    # 4 prompt tokens (given as ids: counted exactly), at most 100 more.
+    asked = {"model": MODEL, "prompt": [11, 12, 13, 14], "max_tokens": 100}
+    caplog.set_level(logging.INFO, logger="gateway.access")
+
+    def charged() -> tuple[int, int]:
+        line = [r.fields for r in caplog.records if r.name == "gateway.access"][-1]  # type: ignore[attr-defined]
+        return line["charged_tokens"], line["worst_tokens"]
+
+    async with in_process_gateway(keys_file=keys) as gateway:
+        headers = bearer("key-acme")
+        for _ in range(MIN_SAMPLES):
+            exchange = gateway.request(COMPLETIONS, {**asked, "stream": True}, headers=headers)
+            call = await gateway.engine.calls.get()
+            call.stream()
+            call.send(chunk("a") + usage_chunk(4, 1))
+            await exchange.wait_for(lambda e: b'"text"' in e.body)
+            exchange.disconnect()
+            await exchange.done()
+            assert charged() == (104, 104)
+        assert outcomes(gateway)["cancelled"] == MIN_SAMPLES
+        for _ in range(MIN_SAMPLES):
+            exchange = gateway.request(COMPLETIONS, asked, headers=headers)
+            call = await gateway.engine.calls.get()
+            usage = {"prompt_tokens": 4, "completion_tokens": 25}
+            call.answer(200, {"choices": [{"index": 0, "text": "x"}], "usage": usage})
+            assert (await exchange.done()).status == 200
+            assert charged() == (104, 104)
+        # A quarter of the allowance: charged its prompt and 25.
+        exchange = gateway.request(COMPLETIONS, asked, headers=headers)
+        call = await gateway.engine.calls.get()
+        call.answer(200, {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 100}})
+        await exchange.done()
+        assert charged() == (29, 104)
+        assert gateway.settled()

@@ -1,8 +1,11 @@
 """What keys and admission need from shared state.
 
 Limits (per API key): requests in a moving window, tokens in a sliding log
-that can be settled (a request reserves its worst case when it is admitted
-and pays what it really used when it ends), and concurrent requests.
+that can be settled (a request is charged between its estimate and its worst
+case when it is admitted — ``reservation`` — and pays what it really used
+when it ends), and concurrent requests. Beside the log a store keeps, per
+key, the part of the worst cases of its in-window, unsettled charges that
+was not charged; ``app.keys.quota`` says why that keeps the bound.
 
 Reserving and acquiring are awaited: the answer decides the request. Settling
 and releasing are not: they are sent on and applied in order, so nothing on a
@@ -24,6 +27,16 @@ class Verdict:
     remaining: int
     reset_after: float
     retry_after: float = 0.0
+    # Tokens a token reservation charged (0 when refused, or for another limit).
+    charged: int = 0
+
+
+def reservation(unreserved: int, estimate: int, worst: int) -> int:
+    """What a request is charged: its ``estimate``, raised to what the key's
+    in-window, unsettled charges left ``unreserved`` of their worst cases,
+    at most its ``worst`` case. The one rule of both stores (the Redis one
+    runs it in Lua: ``scripts.RESERVE_TOKENS``)."""
+    return min(worst, max(estimate, unreserved))
 
 
 class SlotCounts(dict[str, int]):
@@ -47,13 +60,16 @@ class LimitStore(Protocol):
         """Count one request against ``limit`` per ``window`` seconds."""
 
     async def reserve_tokens(
-        self, key: str, charge: str, tokens: int, limit: int, window: int
+        self, key: str, charge: str, estimate: int, worst: int, limit: int, window: int
     ) -> Verdict:
-        """Charge ``tokens`` now under the id ``charge``, if the key's
-        charges in the last ``window`` seconds leave room for them."""
+        """Charge ``reservation(unreserved, estimate, worst)`` tokens now under
+        the id ``charge``, if the key's charges in the last ``window``
+        seconds leave room for them; ``worst - charged`` joins the key's
+        unreserved tokens (``Verdict.charged``: what was charged)."""
 
     def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
-        """Replace what ``charge`` reserved with what it used."""
+        """Replace what ``charge`` reserved with what it used; its
+        unreserved tokens leave the key's."""
 
     async def acquire_slot(self, key: str, limit: int) -> bool:
         """Take one of ``limit`` concurrent slots."""

@@ -57,5 +57,7 @@ def slots(key: str) -> list[str]:
 
 
 def tokens(key: str) -> list[str]:
-    """An API key's token log (charge → time) and charges (charge → tokens)."""
-    return [f"{{gw:key:{key}}}:tokens", f"{{gw:key:{key}}}:charges"]
+    """An API key's token log (charge → time), charges (charge → tokens)
+    and what its unsettled charges left unreserved (charge → tokens)."""
+    base = f"{{gw:key:{key}}}"
+    return [f"{base}:tokens", f"{base}:charges", f"{base}:unreserved"]

@@ -9,21 +9,30 @@ from limits import RateLimitItemPerSecond
 from limits.aio.storage import MemoryStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
-from app.state.base import SlotCounts, Verdict
+from app.state.base import SlotCounts, Verdict, reservation
 
 
 @dataclass
 class _TokenLog:
-    """A key's token charges in time order, with their running total."""
+    """A key's token charges in time order, with their running total, and
+    what each unsettled one left unreserved of its worst case, with theirs."""
 
     entries: deque[tuple[float, str]] = field(default_factory=deque)
     tokens: dict[str, int] = field(default_factory=dict)
     total: int = 0
+    unreserved: dict[str, int] = field(default_factory=dict)
+    unreserved_total: int = 0
 
     def expire(self, before: float) -> None:
         while self.entries and self.entries[0][0] <= before:
             _, charge = self.entries.popleft()
             self.total -= self.tokens.pop(charge, 0)
+            self.drop_unreserved(charge)
+
+    def drop_unreserved(self, charge: str) -> None:
+        """``charge`` no longer counts among the unreserved (it settled or
+        left the window)."""
+        self.unreserved_total -= self.unreserved.pop(charge, 0)
 
 
 class LocalLimits:
@@ -45,11 +54,12 @@ class LocalLimits:
         return Verdict(allowed, limit, stats.remaining, reset, 0.0 if allowed else reset)
 
     async def reserve_tokens(
-        self, key: str, charge: str, tokens: int, limit: int, window: int
+        self, key: str, charge: str, estimate: int, worst: int, limit: int, window: int
     ) -> Verdict:
         now = self._clock()
         log = self._logs.setdefault(key, _TokenLog())
         log.expire(now - window)
+        tokens = reservation(log.unreserved_total, estimate, worst)
         if log.total + tokens > limit:
             return Verdict(
                 False,
@@ -61,7 +71,10 @@ class LocalLimits:
         log.entries.append((now, charge))
         log.tokens[charge] = tokens
         log.total += tokens
-        return Verdict(True, limit, limit - log.total, _reset(log, now, window))
+        if worst > tokens:
+            log.unreserved[charge] = worst - tokens
+            log.unreserved_total += worst - tokens
+        return Verdict(True, limit, limit - log.total, _reset(log, now, window), charged=tokens)
 
     def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
         log = self._logs.get(key)
@@ -69,6 +82,7 @@ class LocalLimits:
             return  # already out of the window
         log.total += tokens - log.tokens[charge]
         log.tokens[charge] = tokens
+        log.drop_unreserved(charge)
 
     async def acquire_slot(self, key: str, limit: int) -> bool:
         if self._slots.get(key, 0) >= limit:

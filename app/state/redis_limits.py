@@ -2,10 +2,11 @@
 happens when Redis does not answer.
 
 Requests per window use the ``limits`` library's moving window on Redis
-storage; tokens use the same settleable log as in process, as a server-side
-script (``scripts.RESERVE_TOKENS``); concurrent slots are counted per
-replica under the replica's lease, so a replica that dies gives its slots
-back when its lease runs out. With Redis down, each replica enforces its
+storage; tokens use the same settleable log and reservation rule as in
+process, as one server-side script (``scripts.RESERVE_TOKENS``: the log and
+the key's unreserved tokens change together); concurrent slots are counted
+per replica under the replica's lease, so a replica that dies gives its
+slots back when its lease runs out. With Redis down, each replica enforces its
 share of every limit (the limit divided by the replicas last seen alive) in
 process, so the fleet as a whole stays within it.
 """
@@ -58,16 +59,21 @@ class RedisLimits:
         return Verdict(allowed, limit, remaining, reset, 0.0 if allowed else reset)
 
     async def reserve_tokens(
-        self, key: str, charge: str, tokens: int, limit: int, window: int
+        self, key: str, charge: str, estimate: int, worst: int, limit: int, window: int
     ) -> Verdict:
         keys = layout.tokens(key)
-        args: list[str | int] = [charge, tokens, limit, window * 1000]
-        allowed, total, wait_ms, reset_ms = await self._shared.call(
+        args: list[str | int] = [charge, estimate, worst, limit, window * 1000]
+        allowed, total, wait_ms, reset_ms, charged = await self._shared.call(
             lambda _: self._reserve(keys=keys, args=args)
         )
-        total = int(total) + (tokens if allowed else 0)
+        total = int(total) + int(charged)
         return Verdict(
-            bool(allowed), limit, max(0, limit - total), int(reset_ms) / 1000, int(wait_ms) / 1000
+            bool(allowed),
+            limit,
+            max(0, limit - total),
+            int(reset_ms) / 1000,
+            int(wait_ms) / 1000,
+            charged=int(charged),
         )
 
     def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
@@ -137,14 +143,15 @@ class SharedLimits:
         return await self._local.hit_requests(key, self._share(limit), window)
 
     async def reserve_tokens(
-        self, key: str, charge: str, tokens: int, limit: int, window: int
+        self, key: str, charge: str, estimate: int, worst: int, limit: int, window: int
     ) -> Verdict:
         if self._shared.up:
             try:
-                return await self._redis.reserve_tokens(key, charge, tokens, limit, window)
+                return await self._redis.reserve_tokens(key, charge, estimate, worst, limit, window)
             except RedisError:
                 pass
-        return await self._local.reserve_tokens(key, charge, tokens, self._share(limit), window)
+        share = self._share(limit)
+        return await self._local.reserve_tokens(key, charge, estimate, worst, share, window)
 
     def settle_tokens(self, key: str, charge: str, tokens: int) -> None:
         # A charge lives where it was made; settling the other store is a no-op.

@@ -236,19 +236,23 @@ return 1
 )
 
 # KEYS: the key's token log (ZSET charge -> ms), its charges (HASH charge ->
-#       tokens)
-# ARGV: charge id, tokens, limit, window_ms
-# Drops charges older than the window, then adds this one if the rest leaves
-# room. Returns {allowed, total before, ms until it would fit (0 if allowed),
-# ms until the log is empty}.
+#       tokens), what its unsettled charges left unreserved (HASH charge ->
+#       tokens): keys.tokens
+# ARGV: charge id, estimate, worst case, limit, window_ms
+# Drops charges older than the window, then charges this one its estimate
+# raised to the key's unreserved tokens, at most its worst case
+# (base.reservation), if the rest leaves room; what it leaves unreserved of
+# its worst case joins the key's. Returns {allowed, total before, ms until it
+# would fit (0 if allowed), ms until the log is empty, tokens charged}.
 RESERVE_TOKENS = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local window = tonumber(ARGV[4])
+local window = tonumber(ARGV[5])
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - window)
 if #old > 0 then
   redis.call('ZREM', KEYS[1], unpack(old))
   redis.call('HDEL', KEYS[2], unpack(old))
+  redis.call('HDEL', KEYS[3], unpack(old))
 end
 local charges = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 local total = 0
@@ -258,15 +262,22 @@ for i = 1, #charges, 2 do
   sizes[#sizes + 1] = {size, tonumber(charges[i + 1])}
   total = total + size
 end
-local tokens, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
+local unreserved = 0
+for _, left in ipairs(redis.call('HVALS', KEYS[3])) do
+  unreserved = unreserved + tonumber(left)
+end
+local estimate, worst, limit = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local tokens = math.min(worst, math.max(estimate, unreserved))
 local reset = 0
 if #sizes > 0 then reset = sizes[#sizes][2] + window - now end
 if total + tokens <= limit then
   redis.call('ZADD', KEYS[1], now, ARGV[1])
   redis.call('HSET', KEYS[2], ARGV[1], tokens)
-  redis.call('PEXPIRE', KEYS[1], window)
-  redis.call('PEXPIRE', KEYS[2], window)
-  return {1, total, 0, window}
+  if worst > tokens then
+    redis.call('HSET', KEYS[3], ARGV[1], worst - tokens)
+  end
+  for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], window) end
+  return {1, total, 0, window, tokens}
 end
 local left = total
 local wait = window
@@ -277,16 +288,17 @@ for _, entry in ipairs(sizes) do
     break
   end
 end
-return {0, total, wait, reset}
+return {0, total, wait, reset, 0}
 """
 
-# KEYS: the key's charges (HASH charge -> tokens)
+# KEYS: the key's charges and unreserved tokens (keys.tokens without the log)
 # ARGV: charge id, tokens
 # Replaces a charge's reservation with what it used, if it is still in the
-# window.
+# window; what it left unreserved leaves the key's.
 SETTLE_TOKENS = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HDEL', KEYS[2], ARGV[1])
 end
 return 1
 """

@@ -73,7 +73,7 @@ async def test_a_dense_prompt_is_reserved_and_charged_at_the_engines_count(
     assert chat.usage.prompt_tokens > len(DENSE)
     assert completion.usage.prompt_tokens > len(DENSE)
     lines = charged(gateway, "open")
-    assert [line["charged_tokens"] for line in lines[-2:]] == [
+    assert [line["worst_tokens"] for line in lines[-2:]] == [
         chat.usage.prompt_tokens + MAX_TOKENS,
         completion.usage.prompt_tokens + MAX_TOKENS,
     ]

@@ -63,8 +63,8 @@ async def test_a_response_whole_its_prompt_counted_as_the_engine_counts_it(
     assert response.usage.output_tokens == 8
     line = access_line(keyed, raw.headers["x-request-id"])
     assert (line["route"], line["outcome"], line["status"]) == ("responses", "completed", 200)
-    # Reserved and charged: the prompt as the engine counted it, plus the bound.
-    assert line["charged_tokens"] == response.usage.input_tokens + 8
+    # Its worst case: the prompt as the engine counted it, plus the bound.
+    assert line["worst_tokens"] == response.usage.input_tokens + 8
     assert line["used_tokens"] == response.usage.input_tokens + 8
 
 

@@ -4,12 +4,14 @@ Redis stops answering."""
 
 import asyncio
 import contextlib
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 
 from app.state.fleet import FleetState
+from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
 from app.state.redis_limits import RedisLimits, SharedLimits
 from tests.support.redis_server import RedisServer
@@ -115,8 +117,8 @@ async def test_the_fair_share_clock_is_the_fleets(replicas: list[SharedRedis]) -
 
 async def test_token_limits_are_shared_and_settle(replicas: list[SharedRedis]) -> None:
     first, second = (RedisLimits(one) for one in replicas)
-    assert (await first.reserve_tokens("k", "a", 600, 1000, 60)).allowed
-    refused = await second.reserve_tokens("k", "b", 500, 1000, 60)
+    assert (await first.reserve_tokens("k", "a", 600, 600, 1000, 60)).allowed
+    refused = await second.reserve_tokens("k", "b", 500, 500, 1000, 60)
     assert not refused.allowed
     assert refused.remaining == 400
     assert 0 < refused.retry_after <= 60
@@ -124,13 +126,70 @@ async def test_token_limits_are_shared_and_settle(replicas: list[SharedRedis]) -
     writer = asyncio.create_task(replicas[0].run())
     try:
         for _ in range(100):
-            if (await second.reserve_tokens("k", "b", 500, 1000, 60)).allowed:
+            if (await second.reserve_tokens("k", "b", 500, 500, 1000, 60)).allowed:
                 break
             await asyncio.sleep(0.01)
         else:
             raise AssertionError("the settle never reached Redis")
     finally:
         writer.cancel()
+
+
+async def written(shared: SharedRedis) -> None:
+    """Apply the writes ``shared`` has queued, in order (what its writer
+    task does), so what follows reads them."""
+    while not shared._writes.empty():
+        await shared._writes.get_nowait()(shared.client)
+
+
+async def test_tokens_are_charged_in_redis_as_in_process(replicas: list[SharedRedis]) -> None:
+    """The same requests, estimates and settles through two replicas
+    sharing Redis and through one in-process store: the same answers, the
+    same charges (between estimate and worst case: ``app.keys.quota``)."""
+    rng = random.Random(3)
+    local = LocalLimits(lambda: 1000.0)
+    in_redis = [RedisLimits(one) for one in replicas]
+    running: list[tuple[int, str, int]] = []  # replica, charge, what it will use
+    answers: dict[str, list[tuple[bool, int, int]]] = {"local": [], "redis": []}
+    kinds = dict.fromkeys(("refused", "estimate", "worst", "U"), 0)
+    for i in range(120):
+        if running and rng.random() < 0.4:
+            replica, charge, used = running.pop(rng.randrange(len(running)))
+            local.settle_tokens("k", charge, used)
+            in_redis[replica].settle_tokens("k", charge, used)
+            await written(replicas[replica])
+            continue
+        worst = rng.choice((40, 100, 250))
+        estimate, replica, charge = rng.randint(1, worst), i % 2, f"c{i}"
+        for name, store in (("local", local), ("redis", in_redis[replica])):
+            verdict = await store.reserve_tokens("k", charge, estimate, worst, 1500, 60)
+            answers[name].append((verdict.allowed, verdict.charged, verdict.remaining))
+        allowed, charged, _ = answers["local"][-1]
+        if allowed:
+            running.append((replica, charge, rng.randint(0, worst // 4)))
+        kinds[
+            "refused" if not allowed else {estimate: "estimate", worst: "worst"}.get(charged, "U")
+        ] += 1
+    assert answers["redis"] == answers["local"]
+    # Each part of the rule ran: refusals, charges of the estimate, of the
+    # worst case, and of the unreserved tokens between them.
+    assert min(kinds.values()) >= 5, kinds
+
+
+async def test_a_charge_leaving_the_window_in_redis_leaves_nothing_unreserved(
+    replicas: list[SharedRedis],
+) -> None:
+    limits = RedisLimits(replicas[0])
+    loop = asyncio.get_running_loop()
+    first = loop.time()
+    assert (await limits.reserve_tokens("k", "a", 10, 100, 1000, 4)).charged == 10
+    await asyncio.sleep(2.5)
+    # "b" is charged its worst case (90 unreserved is more than its
+    # estimate), and keeps the key's log in Redis alive past "a".
+    assert (await limits.reserve_tokens("k", "b", 10, 50, 1000, 4)).charged == 50
+    # "a" out of the window (4 s, on Redis's clock), never settled; "b" in it.
+    await asyncio.sleep(max(0.0, first + 4.1 - loop.time()))
+    assert (await limits.reserve_tokens("k", "c", 10, 100, 1000, 4)).charged == 10
 
 
 async def test_requests_per_window_and_slots_are_shared(replicas: list[SharedRedis]) -> None:
@@ -152,8 +211,8 @@ async def test_with_redis_down_each_replica_keeps_to_its_share(
     await first.heartbeat()
     assert not first.up
     # Half of 1000 for this replica, kept in process.
-    assert (await limits.reserve_tokens("k", "a", 500, 1000, 60)).allowed
-    assert not (await limits.reserve_tokens("k", "b", 1, 1000, 60)).allowed
+    assert (await limits.reserve_tokens("k", "a", 500, 500, 1000, 60)).allowed
+    assert not (await limits.reserve_tokens("k", "b", 1, 1, 1000, 60)).allowed
     redis.start()
     await first.heartbeat()
     assert first.up
