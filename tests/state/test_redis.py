@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import pytest
 
@@ -14,30 +13,15 @@ from app.state.fleet import FleetState
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
 from app.state.redis_limits import RedisLimits, SharedLimits
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, replicas_of
 from tests.support.wait import wait_for
-
-
-@asynccontextmanager
-async def two_replicas(redis: RedisServer, lease: float) -> AsyncIterator[list[SharedRedis]]:
-    # A generous timeout: forty holds at once on a busy machine take more
-    # than a second, and a timed-out call would count Redis as down, which
-    # only one test here is about.
-    shared = [SharedRedis(redis.url, lease=lease, timeout=10.0) for _ in range(2)]
-    for one in shared:
-        await one.heartbeat()
-    try:
-        yield shared
-    finally:
-        for one in shared:
-            await one.aclose()
 
 
 @pytest.fixture
 async def replicas(redis: RedisServer) -> AsyncIterator[list[SharedRedis]]:
     # A lease no test outlasts, however busy the machine: nothing here
     # renews it, and a replica whose lease ran out stops counting.
-    async with two_replicas(redis, lease=120.0) as shared:
+    async with replicas_of(redis, 2, lease=120.0) as shared:
         yield shared
 
 
@@ -91,7 +75,7 @@ async def test_a_release_still_queued_when_a_heartbeat_writes_comes_off_once(
 async def test_a_replica_that_stops_renewing_its_lease_stops_counting(
     redis: RedisServer,
 ) -> None:
-    async with two_replicas(redis, lease=1.0) as replicas:
+    async with replicas_of(redis, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
         assert not (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok

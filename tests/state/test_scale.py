@@ -7,8 +7,7 @@ waiting at several replicas waits until none has it."""
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -16,24 +15,11 @@ import redis.asyncio as aioredis
 from app.state.fleet import FleetState
 from app.state.redis import SharedRedis
 from app.state.redis_limits import RedisLimits
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, replicas_of
 from tests.support.wait import wait_for
 
 # A lease no test outlasts unless it waits for one to run out.
 LONG = 120.0
-
-
-@asynccontextmanager
-async def fleet_of(redis: RedisServer, size: int, lease: float) -> AsyncIterator[list[SharedRedis]]:
-    """``size`` replicas, each alive (one heartbeat) under ``lease``."""
-    shared = [SharedRedis(redis.url, lease=lease, timeout=10.0) for _ in range(size)]
-    for one in shared:
-        await one.heartbeat()
-    try:
-        yield shared
-    finally:
-        for one in shared:
-            await one.aclose()
 
 
 # A MONITOR line's arguments, each in double quotes (escaped inside).
@@ -89,7 +75,7 @@ async def a_busy_fleet(replicas: list[SharedRedis], engines: list[str]) -> list[
 
 async def admission_cost(redis: RedisServer, size: int) -> list[tuple[str, int]]:
     """The commands one admission runs in Redis in a busy fleet of ``size``."""
-    async with fleet_of(redis, size, LONG) as replicas:
+    async with replicas_of(redis, size, LONG) as replicas:
         first = (await a_busy_fleet(replicas, ["e"]))[0]
 
         async def admit() -> None:
@@ -106,7 +92,7 @@ async def heartbeat_cost(redis: RedisServer, size: int) -> list[tuple[str, int]]
     """The commands one heartbeat over three engines runs in Redis in a busy
     fleet of ``size``."""
     engines = ["e1", "e2", "e3"]
-    async with fleet_of(redis, size, LONG) as replicas:
+    async with replicas_of(redis, size, LONG) as replicas:
         first = (await a_busy_fleet(replicas, engines))[0]
 
         async def beat() -> None:
@@ -134,7 +120,7 @@ async def test_a_heartbeat_runs_as_many_redis_commands_at_48_replicas_as_at_4(
 async def test_a_dead_replicas_holdings_come_back_on_the_admission_path(
     redis: RedisServer,
 ) -> None:
-    async with fleet_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
 
@@ -148,7 +134,7 @@ async def test_a_dead_replicas_holdings_come_back_on_the_admission_path(
 
 
 async def test_a_replica_that_was_only_slow_counts_again_whole(redis: RedisServer) -> None:
-    async with fleet_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
 
@@ -167,7 +153,7 @@ async def test_a_replica_that_was_only_slow_counts_again_whole(redis: RedisServe
 async def test_giving_back_more_than_was_held_never_takes_what_others_hold(
     redis: RedisServer,
 ) -> None:
-    async with fleet_of(redis, 2, LONG) as replicas:
+    async with replicas_of(redis, 2, LONG) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (10, 1, 1), (100, 100), ("normal", "t", 1))).ok
         assert (await second.hold("e", (6, 1, 1), (100, 100), ("normal", "t", 1))).ok
@@ -192,7 +178,7 @@ async def test_giving_back_more_than_was_held_never_takes_what_others_hold(
 async def test_a_tenant_published_only_here_does_not_make_this_replica_wait(
     redis: RedisServer,
 ) -> None:
-    async with fleet_of(redis, 2, LONG) as replicas:
+    async with replicas_of(redis, 2, LONG) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
         # "light" (clock 0) is published as waiting at the first replica: it
@@ -205,7 +191,7 @@ async def test_a_tenant_published_only_here_does_not_make_this_replica_wait(
 async def test_a_tenant_waiting_at_two_replicas_waits_until_neither_has_it(
     redis: RedisServer,
 ) -> None:
-    async with fleet_of(redis, 3, LONG) as replicas:
+    async with replicas_of(redis, 3, LONG) as replicas:
         first, second, third = (FleetState(one) for one in replicas)
         assert (await third.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
         await first.publish({"normal": ["light"]})
@@ -221,7 +207,7 @@ async def test_a_tenant_waiting_at_two_replicas_waits_until_neither_has_it(
 async def test_a_dead_replicas_waiting_tenants_stop_counting_on_the_admission_path(
     redis: RedisServer,
 ) -> None:
-    async with fleet_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
         await first.publish({"normal": ["light"]})
@@ -238,7 +224,7 @@ async def test_a_dead_replicas_waiting_tenants_stop_counting_on_the_admission_pa
 async def test_a_dead_replicas_slots_come_back_when_a_slot_is_asked_for(
     redis: RedisServer,
 ) -> None:
-    async with fleet_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis, 2, lease=1.0) as replicas:
         first, second = (RedisLimits(one) for one in replicas)
         assert await first.acquire_slot("k", 1)
 

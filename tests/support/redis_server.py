@@ -2,10 +2,13 @@
 
 import shutil
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import redis
 
+from app.state.redis import SharedRedis
 from deploy.local import ManagedProcess, free_port
 
 
@@ -48,3 +51,21 @@ class RedisServer:
         if self.process is not None:
             self.process.stop()
             self.process = None
+
+
+@asynccontextmanager
+async def replicas_of(
+    server: RedisServer, size: int, lease: float
+) -> AsyncIterator[list[SharedRedis]]:
+    """``size`` gateway replicas' connections to ``server``, each alive (one
+    heartbeat) under ``lease``. A generous timeout: forty holds at once on a
+    busy machine take more than a second, and a timed-out call would count
+    Redis as down, which only the tests about that want."""
+    shared = [SharedRedis(server.url, lease=lease, timeout=10.0) for _ in range(size)]
+    for one in shared:
+        await one.heartbeat()
+    try:
+        yield shared
+    finally:
+        for one in shared:
+            await one.aclose()
