@@ -28,7 +28,10 @@ def test_each_script_timed_alone_is_one_call_in_redis_statistics(redis: RedisSer
     assert fleet["refused"] == 0
     assert fleet["hold_rtt_p99_ms"] is not None
     assert fleet["ping_rtt_p99_ms"] is not None
-    assert fleet["scripts_under_load"]["calls"] >= fleet["admissions"]
+    # Every admission of the window ran its script in the window, but for a
+    # hold already on its way when Redis's statistics were reset: at most
+    # one a replica (each holds one request at a time).
+    assert fleet["scripts_under_load"]["calls"] >= fleet["admissions"] - options["replicas"]
     assert fleet["server_cpu_s"] > 0
     assert fleet["hold_alone"]["calls"] == 25
     assert fleet["heartbeat_alone"]["calls"] == 3
