@@ -32,6 +32,7 @@ Prints the tables and writes ``result.json``, ``tables.md``, the keys file
 import argparse
 import asyncio
 import bisect
+import heapq
 import itertools
 import secrets
 import time
@@ -103,6 +104,7 @@ class Request:
     duration: float
     used: int
     worst: int
+    prompt: int = 0
 
 
 def worst_of(record: dict[str, Any]) -> int:
@@ -117,39 +119,69 @@ def replay(
     """Replay the run's requests (in their order, with their token counts and
     durations) through ``users`` closed-loop users and a limiter: ``worst``
     holds each request's worst case from its start and what it used once it
-    ended; ``after`` counts a request only once its
+    ended; ``gateway`` holds the gateway's charge (``app.keys.quota``:
+    ``min(W, max(E, U))``); ``under`` holds the worst case but lets a request
+    through while the count is under the limit, so a window ends at most one
+    worst case above it — the most a rule that keeps that bound can let
+    through; ``estimate`` holds only the estimate ``E`` (its prompt and the
+    share of its output allowance the requests ended so far wrote) and what
+    it used once it ended — a request that wrote more than estimated keeps
+    its excess in the log, so it carries into the admissions after it, and
+    no stream is cut for it; ``after`` counts a request only once its
     response has ended, and lets a request through while the count is under
     the limit. A refused user tries again at the next 10 ms step. Returns the
     requests let through as (start, tokens used)."""
     step = 0.01
     queue = list(reversed(requests))
     done: list[tuple[float, int]] = []
-    active: list[tuple[float, float, int, int]] = []  # start, end, used, worst
+    # start, end, used, worst, prompt, charged
+    active: list[tuple[float, float, int, int, int, int]] = []
     free_at = [0.0] * users
+    # The estimate's share: output written over output allowed, of the
+    # requests ended so far (1, the worst case, before any has).
+    wrote, allowed = 0.0, 0.0
+    ending: list[tuple[float, int, int]] = []  # end, output written, output allowed
     for i in range(int(seconds / step)):
         t = i * step
         # What ended before the window can never count again.
         active = [a for a in active if a[1] > t - window]
-        if rule == "worst":
-            count = sum(u if e <= t else w for s, e, u, w in active if s > t - window)
+        while ending and ending[0][0] <= t:
+            _, out, out_allowed = heapq.heappop(ending)
+            wrote, allowed = wrote + out, allowed + out_allowed
+        if rule in ("worst", "estimate", "gateway", "under"):
+            count = sum(u if e <= t else c for s, e, u, w, p, c in active if s > t - window)
+            unreserved = sum(w - c for s, e, u, w, p, c in active if s > t - window and e > t)
         else:
-            count = sum(u for s, e, u, w in active if e <= t)
+            count = sum(u for s, e, u, w, p, c in active if e <= t)
+        share = wrote / allowed if allowed else 1.0
         for user in range(users):
             if free_at[user] > t:
                 continue
             if not queue:
                 queue = list(reversed(requests))
             nxt = queue[-1]
-            if rule == "worst" and count + nxt.worst > limit:
+            charge = nxt.worst
+            estimate = nxt.prompt + round(share * (nxt.worst - nxt.prompt))
+            if rule == "estimate":
+                charge = estimate
+            elif rule == "gateway":
+                charge = min(nxt.worst, max(estimate, unreserved))
+            if rule in ("worst", "estimate", "gateway") and count + charge > limit:
+                break
+            if rule == "under" and count >= limit:
                 break
             if rule == "after" and count >= limit:
                 break
             queue.pop()
-            active.append((t, t + nxt.duration, nxt.used, nxt.worst))
+            active.append((t, t + nxt.duration, nxt.used, nxt.worst, nxt.prompt, charge))
+            if nxt.worst > nxt.prompt:
+                written = (nxt.used - nxt.prompt, nxt.worst - nxt.prompt)
+                heapq.heappush(ending, (t + nxt.duration, *written))
             done.append((t, nxt.used))
             free_at[user] = t + nxt.duration
-            if rule == "worst":
-                count += nxt.worst
+            if rule in ("worst", "estimate", "gateway", "under"):
+                count += charge
+                unreserved += nxt.worst - charge
     return done
 
 
@@ -223,6 +255,7 @@ async def accuracy(
                 duration=float(r["arrival_ts"]) + float(r["total_s"]) - float(r["charged_ts"]),
                 used=int(r["used_tokens"] or 0),
                 worst=worst_of(r),
+                prompt=int(r.get("prompt_tokens") or 0),
             )
             for r in charged
             if r.get("status") == 200
@@ -231,7 +264,7 @@ async def accuracy(
     )
     seconds = ended_wall - started_wall
     replays = {}
-    for rule in ("worst", "after"):
+    for rule in ("worst", "gateway", "under", "estimate", "after"):
         let_through = replay(requests, args.users, args.limit, args.window, seconds, rule)
         replays[rule] = asdict(sliding(let_through, args.window, 0.0, seconds))
     completions = [c.completion_tokens for c in calls if c.status == 200]
@@ -256,6 +289,9 @@ async def accuracy(
         "measured": asdict(in_windows),
         "bound": args.limit + worst,
         "replay_worst": replays["worst"],
+        "replay_gateway": replays["gateway"],
+        "replay_under": replays["under"],
+        "replay_estimate": replays["estimate"],
         "replay_after": replays["after"],
         "others_cores": round(window.others_cores, 3),
     }
@@ -276,8 +312,13 @@ def accuracy_table(results: list[dict[str, Any]]) -> str:
         for name, key in (
             ("charge the estimate, up to the worst case; settle to usage (measured)", "measured"),
             ("reserve the worst case, settle to usage (replayed)", "replay_worst"),
+            ("the gateway's rule (replayed)", "replay_gateway"),
+            ("reserve the worst case, admit while under the limit (replayed)", "replay_under"),
+            ("charge the estimate alone, the excess carried (replayed)", "replay_estimate"),
             ("charge after the response (replayed)", "replay_after"),
         ):
+            if key not in r:  # a result from before that replay existed
+                continue
             w = Windows(**r[key])
             body.append(
                 [
