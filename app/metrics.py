@@ -180,6 +180,16 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.affinity_waits = self._per_engine(
+            Counter(
+                "gateway_routing_affinity_waits",
+                "Requests that waited for the engine (the label) reporting the most of their"
+                " prompt while another had room (GATEWAY_ROUTING_AFFINITY_WAIT), counted when"
+                " admitted: to it (an affinity hit) or, the wait over, elsewhere.",
+                ["engine"],
+                registry=r,
+            )
+        )
         self.load_cap_overrides = self._per_engine(
             Counter(
                 "gateway_routing_load_cap_overrides",

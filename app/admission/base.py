@@ -11,7 +11,7 @@ from app.engine.view import EngineView
 from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
-from app.routing.base import EngineLoad, RouteRequest
+from app.routing.base import Choice, EngineLoad, RouteRequest
 from app.routing.block_index import PromptBlocks
 from app.routing.router import Router
 from app.validation import CompletionJob
@@ -117,7 +117,7 @@ class Unlimited:
             request.prompt,
         )
         choice = self._router.choose(route, loads)
-        if choice is None:
+        if not isinstance(choice, Choice):  # nothing waits here: may_wait is off
             raise EngineUnavailable("no engine is available for this model", retry_after=1)
         self.engines[choice.engine].in_flight += 1
         return _CountedHold(self, choice.engine)

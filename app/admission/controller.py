@@ -72,6 +72,7 @@ class AdmissionController:
                 max_queue_depth=settings.queue_max_depth,
                 max_queue_bytes=settings.queue_max_bytes,
                 max_wait=settings.queue_timeout,
+                affinity_wait=settings.routing_affinity_wait,
             ),
             router,
         )
@@ -87,6 +88,9 @@ class AdmissionController:
         self._queued: dict[str, Waiter] = {}
         self._shared = None if fleet is None else SharedBudgets(fleet, self.policy, metrics)
         self._kick = asyncio.Event()
+        # A look at the queue when the first request waiting for its
+        # prefix's engine may stop waiting (nothing else may happen then).
+        self._wait_timer: asyncio.TimerHandle | None = None
         if self._shared is not None:
             self._shared.on_view(self._kick.set)
         self._publish()
@@ -158,6 +162,8 @@ class AdmissionController:
         m.engine_routed.labels(engine_label(reservation.engine)).inc()
         if choice is not None and choice.fallback is not None:
             m.kv_fallbacks.labels(choice.fallback).inc()
+        if choice is not None and choice.waited_for is not None:
+            m.affinity_waits.labels(engine_label(choice.waited_for)).inc()
         if choice is None or choice.preferred is None:
             return
         if choice.engine == choice.preferred:
@@ -244,7 +250,17 @@ class AdmissionController:
         for waiter, reservation in admitted:
             self._wake(waiter, reservation)
         self._expire(expired)
+        self._look_when_a_wait_ends()
         self._publish()
+
+    def _look_when_a_wait_ends(self) -> None:
+        if self._wait_timer is not None:
+            self._wait_timer.cancel()
+            self._wait_timer = None
+        ends = self.policy.wait_ends
+        if ends is not None:
+            delay = max(0.0, ends - time.monotonic())
+            self._wait_timer = asyncio.get_running_loop().call_later(delay, self._dispatch)
 
     async def run(self) -> None:
         """With shared state: admit in order, each admission held in Redis
@@ -263,8 +279,9 @@ class AdmissionController:
             except TimeoutError:
                 await shared.refresh()
             self._kick.clear()
+            passed: set[Waiter] = set()
             for _ in range(10_000):
-                decision, expired = self.policy.decide(time.monotonic())
+                decision, expired = self.policy.decide(time.monotonic(), passed)
                 self._expire(expired)
                 if decision is None:
                     break

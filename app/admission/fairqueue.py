@@ -10,7 +10,7 @@ left, its deadline passed) or drained.
 
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from app.identity import PRIORITIES
@@ -48,6 +48,9 @@ class Waiter:
     # The dispatch round it was queued in: only requests that waited past
     # their first round count towards the drain rate.
     round: int = 0
+    # The engine it waited for, holding its place, because that engine
+    # holds the most of its prompt (``app.routing.prefix``).
+    waited_for: str | None = None
     # Set by the controller: whatever it needs to wake the request up.
     handle: object = None
 
@@ -192,11 +195,14 @@ class FairQueue:
         return True
 
     def admit(self, waiter: Waiter) -> None:
-        """Take the head ``waiter`` out as admitted, and charge its tenant."""
+        """Take ``waiter`` out as admitted — its tenant's first, or the first
+        after some that ``head`` passed over — and charge its tenant."""
         cls = self._classes[waiter.priority]
         queue = cls.queues[waiter.tenant]
-        assert queue[0] is waiter
-        queue.popleft()
+        if queue[0] is waiter:
+            queue.popleft()
+        else:
+            queue.remove(waiter)
         if not queue:
             del cls.queues[waiter.tenant]
         self._count(cls, waiter, -1)
@@ -240,15 +246,22 @@ class FairQueue:
 
     # --- order --------------------------------------------------------------
 
-    def head(self, skip: set[str] | frozenset[str] = frozenset()) -> Waiter | None:
+    def head(
+        self,
+        skip: set[str] | frozenset[str] = frozenset(),
+        passed: Collection[Waiter] = (),
+    ) -> Waiter | None:
         """The next waiter in order, passing over tenants whose first waiter
-        asks for a model in ``skip`` (one that cannot be placed now)."""
+        asks for a model in ``skip`` (one that cannot be placed now), and over
+        the waiters in ``passed`` (each holding its place while it waits for
+        one engine: the next of its tenant's stands in for it)."""
         for name in PRIORITIES:
             cls = self._classes[name]
-            candidates = [t for t, q in cls.queues.items() if q[0].model not in skip]
+            firsts = {t: _first(q, passed) for t, q in cls.queues.items()}
+            candidates = [t for t, w in firsts.items() if w is not None and w.model not in skip]
             if candidates:
                 tenant = min(candidates, key=lambda t: (cls.served[t], cls.queues[t][0].arrival))
-                return cls.queues[tenant][0]
+                return firsts[tenant]
         return None
 
     def __iter__(self) -> Iterator[Waiter]:
@@ -261,3 +274,9 @@ class FairQueue:
         cls.count += sign
         cls.tokens += sign * waiter.tokens
         cls.size += sign * waiter.size
+
+
+def _first(queue: deque[Waiter], passed: Collection[Waiter]) -> Waiter | None:
+    if not passed:
+        return queue[0]
+    return next((w for w in queue if w not in passed), None)

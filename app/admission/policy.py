@@ -97,13 +97,13 @@ the wait is predicted, and what a refused client is told, is
 """
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
 from app.engine.view import EngineView
-from app.routing.base import Choice, RouteRequest
+from app.routing.base import Choice, RouteRequest, Wait
 from app.routing.router import Router
 from app.settings import default
 
@@ -128,6 +128,10 @@ class PolicyConfig:
     max_wait: float = default("queue_timeout")
     max_retry_after: float = 60.0
     cold_turnover: float = 2.0
+    # How long a request may wait for the engine that reports holding the
+    # most of its prompt (prefix routing with KV cache events) while another
+    # has room (``app.routing.prefix``); 0: never.
+    affinity_wait: float = default("routing_affinity_wait")
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,9 @@ class AdmissionPolicy:
             cold_turnover=self.config.cold_turnover,
         )
         self._round = 0
+        # When the first of the requests waiting for their prefix's engine
+        # stops waiting (None: none waits): the controller looks again then.
+        self.wait_ends: float | None = None
         self._reserved_done = 0.0
         self._peak_done = 0.0
 
@@ -219,9 +226,8 @@ class AdmissionPolicy:
     def _admitted_at_once(self, waiter: Waiter) -> bool:
         """Nothing the order admits before it waits, and an engine has room
         for it now: it waits for nothing, whatever the drain rate says."""
-        return (
-            self.queue.tokens_ahead(waiter.priority, waiter.tenant) == 0
-            and self._place(waiter) is not None
+        return self.queue.tokens_ahead(waiter.priority, waiter.tenant) == 0 and isinstance(
+            self._place(waiter), tuple
         )
 
     def remove(self, waiter: Waiter) -> bool:
@@ -238,31 +244,42 @@ class AdmissionPolicy:
         (second list)."""
         admitted: list[tuple[Waiter, Reservation]] = []
         expired: list[Waiter] = []
+        passed: set[Waiter] = set()
         while True:
-            decision, late = self.decide(now)
+            decision, late = self.decide(now, passed)
             expired += late
             if decision is None:
                 return admitted, expired
             reservation = self.commit(decision)
-            reservation.choice = decision.choice
             admitted.append((decision.waiter, reservation))
 
-    def decide(self, now: float) -> tuple["Decision | None", list[Waiter]]:
+    def decide(
+        self, now: float, passed: set[Waiter] | None = None
+    ) -> tuple["Decision | None", list[Waiter]]:
         """The next admission the order allows, not made yet (``commit``
-        makes it), and the waiters whose deadline passed (taken out)."""
+        makes it), and the waiters whose deadline passed (taken out).
+        ``passed``: the waiters this dispatch round found waiting for their
+        prefix's engine (they hold their places; the next of their tenant's
+        stand in for them), kept across the round's calls."""
         expired: list[Waiter] = []
         full_models: set[str] = set()
-        while (waiter := self.queue.head(skip=full_models)) is not None:
+        passed = set() if passed is None else passed
+        while (waiter := self.queue.head(skip=full_models, passed=passed)) is not None:
             if waiter.deadline <= now:
                 self.queue.remove(waiter)
                 expired.append(waiter)
                 continue
-            placed = self._place(waiter)
+            placed = self._place(waiter, now)
+            if isinstance(placed, Wait):
+                waiter.waited_for = placed.engine
+                passed.add(waiter)
+                continue
             if placed is not None:
                 budget, choice = placed
                 return Decision(waiter, budget, choice), expired
             full_models.add(waiter.model)
         # The end of a dispatch round.
+        self.wait_ends = min((w.arrival + self.config.affinity_wait for w in passed), default=None)
         self.forecast.drain.tick(now, backlog=self.queued > 0)
         self._round += 1
         return None, expired
@@ -274,6 +291,8 @@ class AdmissionPolicy:
             self.forecast.drain.admitted(waiter.tokens)
         reservation = decision.budget.reserve(waiter)
         reservation.choice = decision.choice
+        if waiter.waited_for is not None:
+            reservation.choice = replace(decision.choice, waited_for=waiter.waited_for)
         return reservation
 
     def still_queued(self, waiter: Waiter) -> bool:
@@ -285,12 +304,20 @@ class AdmissionPolicy:
             return None
         return self.forecast.place(waiter, self.capacity_tokens)
 
-    def _place(self, waiter: Waiter) -> tuple[EngineBudget, Choice] | None:
+    def _place(
+        self, waiter: Waiter, now: float | None = None
+    ) -> tuple[EngineBudget, Choice] | Wait | None:
+        """Where ``waiter`` goes now; ``Wait``: it waits for its prefix's
+        engine, which it may until ``affinity_wait`` after it arrived (never
+        when ``now`` is not given)."""
+        may_wait = now is not None and now < waiter.arrival + self.config.affinity_wait
         request = RouteRequest(
-            waiter.model, waiter.affinity, waiter.excluded, waiter.pinned, waiter.prompt
+            waiter.model, waiter.affinity, waiter.excluded, waiter.pinned, waiter.prompt, may_wait
         )
         choice = self.router.choose(request, [b.load(waiter) for b in self.engines.values()])
-        return None if choice is None else (self.engines[choice.engine], choice)
+        if not isinstance(choice, Choice):
+            return choice
+        return self.engines[choice.engine], choice
 
     # --- reservations ---------------------------------------------------------
 

@@ -7,7 +7,9 @@ remaining engine already holds in its prefix cache (what the engines report
 of it: ``app.routing.cached``); a ``Picker`` ranks them and picks one (least
 loaded, prefix affinity with bounded load). ``app.routing.router.Router``
 runs the filters, asks the cache view, then the picker: a new policy is a
-new small class, not an edit in admission.
+new small class, not an edit in admission. A picker may also answer
+``Wait``: hold the request a while for the engine that holds its prompt
+(admission bounds the wait).
 """
 
 from collections.abc import Sequence
@@ -58,6 +60,9 @@ class RouteRequest:
     # Its prompt's token ids and cache salt, when known (what the engines'
     # prefix caches are looked up with).
     prompt: PromptBlocks | None = None
+    # It may still wait for the engine that holds the most of its prompt
+    # (``Wait``) rather than go elsewhere now: admission's bounded wait.
+    may_wait: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,17 @@ class Choice:
     # Ranked without what the engines hold although their caches are
     # watched, and why (None: ranked by it, or not watched).
     fallback: Fallback | None = None
+    # The engine the request waited for before this choice (``Wait``), if any.
+    waited_for: str | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Hold the request for ``engine``, which holds the most of its prompt
+    and has no room for it yet: going elsewhere now would compute the prompt
+    again there and evict what that engine holds for others."""
+
+    engine: str
 
 
 class Filter(Protocol):
@@ -84,6 +100,10 @@ class CacheView(Protocol):
 
 
 class Picker(Protocol):
-    def choose(self, affinity: int | None, engines: Sequence[EngineLoad]) -> Choice | None:
+    def choose(
+        self, affinity: int | None, engines: Sequence[EngineLoad], *, may_wait: bool = False
+    ) -> Choice | Wait | None:
         """The engine for a request among ``engines`` that it fits, or None
-        if it fits none. ``affinity`` keys the request's prompt prefix."""
+        if it fits none. ``affinity`` keys the request's prompt prefix;
+        ``may_wait``: the request may be held for a while (``Wait``) for an
+        engine it does not fit now."""

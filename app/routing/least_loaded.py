@@ -8,7 +8,9 @@ from app.routing.base import Choice, EngineLoad
 
 
 class LeastLoaded:
-    def choose(self, affinity: int | None, engines: Sequence[EngineLoad]) -> Choice | None:
+    def choose(
+        self, affinity: int | None, engines: Sequence[EngineLoad], *, may_wait: bool = False
+    ) -> Choice | None:
         fitting = [e for e in engines if e.fits]
         if not fitting:
             return None

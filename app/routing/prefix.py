@@ -29,16 +29,25 @@ and is under its cap gets the request; the load is read from admission's own
 accounting at the moment of the decision, not from a sampled gauge seconds
 old, so requests decided together see each other.
 
-Affinity is a preference, never a wait: the router chooses only among
-engines where the request fits now; when none is under its cap (the fleet
-is nearly full), the least loaded that fits takes it.
+Affinity is a preference: the router chooses among engines where the
+request fits now; when none is under its cap (the fleet is nearly full), the
+least loaded that fits takes it. One exception, bounded by admission: where
+an engine reports holding more of the prompt than any engine with room, is
+under its cap and has no room for the request yet, a request that may wait
+(``may_wait``: it has not waited its ``GATEWAY_ROUTING_AFFINITY_WAIT`` yet)
+waits for it (``Wait``). Going elsewhere at once computes the prompt again
+there and evicts what that engine holds for its own requests — with a
+working set larger than one engine's cache, the overflow from a full engine
+is what spreads every document over both caches (docs/benchmarks.md). An
+engine's holdings are known only from its KV cache events; ranked by the
+key alone, nothing waits.
 """
 
 import hashlib
 import math
 from collections.abc import Sequence
 
-from app.routing.base import Choice, EngineLoad
+from app.routing.base import Choice, EngineLoad, Wait
 from app.routing.least_loaded import LeastLoaded
 
 
@@ -50,24 +59,45 @@ class PrefixAffinity:
         self.slack = slack
         self._fallback = LeastLoaded()
 
-    def choose(self, affinity: int | None, engines: Sequence[EngineLoad]) -> Choice | None:
+    def choose(
+        self, affinity: int | None, engines: Sequence[EngineLoad], *, may_wait: bool = False
+    ) -> Choice | Wait | None:
         if affinity is None:
             return self._fallback.choose(None, engines)
-        if not any(e.fits for e in engines):
-            return None
         ranked = sorted(engines, key=lambda e: (e.held or 0, _weight(affinity, e.id)), reverse=True)
+        if not ranked:
+            return None
         preferred = ranked[0]
         total = sum(e.in_flight for e in engines)
         weights = sum(e.weight for e in engines) or 1.0
-        for engine in ranked:
+
+        def under_cap(engine: EngineLoad) -> bool:
             fair = (total + 1) * engine.weight / weights
             cap = max(math.ceil(self.factor * fair), math.ceil(fair) + self.slack)
-            if engine.fits and engine.in_flight + 1 <= cap:
+            return engine.in_flight + 1 <= cap
+
+        if may_wait and self._worth_waiting(preferred, engines) and under_cap(preferred):
+            return Wait(preferred.id)
+        if not any(e.fits for e in engines):
+            return None
+        for engine in ranked:
+            if engine.fits and under_cap(engine):
                 overridden = engine is not preferred and preferred.fits
                 return Choice(engine.id, preferred.id, overridden)
         fallback = self._fallback.choose(None, engines)
-        assert fallback is not None
+        assert isinstance(fallback, Choice)
         return Choice(fallback.engine, preferred.id, preferred.fits)
+
+    @staticmethod
+    def _worth_waiting(preferred: EngineLoad, engines: Sequence[EngineLoad]) -> bool:
+        """``preferred`` reports holding part of the prompt, has no room for
+        it now, and no engine with room holds as much."""
+        held = preferred.held or 0
+        return (
+            held > 0
+            and not preferred.fits
+            and not any(e.fits and (e.held or 0) >= held for e in engines)
+        )
 
 
 def _weight(key: int, engine: str) -> int:

@@ -11,7 +11,16 @@ approximate key alone, and the choice says why (``Choice.fallback``).
 import dataclasses
 from collections.abc import Sequence
 
-from app.routing.base import CacheView, Choice, EngineLoad, Fallback, Filter, Picker, RouteRequest
+from app.routing.base import (
+    CacheView,
+    Choice,
+    EngineLoad,
+    Fallback,
+    Filter,
+    Picker,
+    RouteRequest,
+    Wait,
+)
 from app.routing.filters import ELIGIBLE, eligible
 from app.routing.least_loaded import LeastLoaded
 
@@ -27,16 +36,17 @@ class Router:
         self.filters = tuple(filters)
         self.cache = cache
 
-    def choose(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> Choice | None:
-        """The engine for ``request``, or None if no engine may take it now."""
+    def choose(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> Choice | Wait | None:
+        """The engine for ``request``, or None if no engine may take it now
+        (``Wait``: it waits for one, which ``request.may_wait`` allows)."""
         candidates = eligible(request, engines, self.filters)
         if not candidates:
             return None
         fallback: Fallback | None = None
         if self.cache is not None:
             candidates, fallback = self._with_held(request, candidates)
-        choice = self.picker.choose(request.affinity, candidates)
-        if choice is None or fallback is None:
+        choice = self.picker.choose(request.affinity, candidates, may_wait=request.may_wait)
+        if not isinstance(choice, Choice) or fallback is None:
             return choice
         return dataclasses.replace(choice, fallback=fallback)
 

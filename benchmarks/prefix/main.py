@@ -38,6 +38,7 @@ GATEWAY_COUNTERS = (
     "gateway_routing_affinity_hits_total",
     "gateway_routing_load_cap_overrides_total",
     "gateway_routing_kv_fallbacks_total",
+    "gateway_routing_affinity_waits_total",
     "gateway_engine_requests_total",
 )
 IN_FLIGHT = "gateway_engine_requests_in_flight"
@@ -136,6 +137,7 @@ class PrefixBench(Bench):
             "affinity_hits": gateway_total("gateway_routing_affinity_hits_total"),
             "load_cap_overrides": gateway_total("gateway_routing_load_cap_overrides_total"),
             "kv_fallbacks": gateway_total("gateway_routing_kv_fallbacks_total"),
+            "affinity_waits": gateway_total("gateway_routing_affinity_waits_total"),
             "routed": None
             if setting.router
             else window.delta_by("gateway_engine_requests_total", "engine", "gateway"),

@@ -100,6 +100,7 @@ def aggregate(runs: list[dict[str, Any]], mix: str) -> list[dict[str, Any]]:
                 "affinity_hits": total("affinity_hits"),
                 "load_cap_overrides": total("load_cap_overrides"),
                 "kv_fallbacks": total("kv_fallbacks"),
+                "affinity_waits": total("affinity_waits"),
                 "max_over_mean_max": max(
                     (r["max_over_mean_max"] for r in mine if r["max_over_mean_max"]), default=None
                 ),

@@ -19,6 +19,8 @@ class Setting:
     aware: bool = True
     kv_events: bool = False
     router: bool = False
+    # GATEWAY_ROUTING_AFFINITY_WAIT (None: the gateway's default).
+    affinity_wait: float | None = None
 
     @property
     def slug(self) -> str:
@@ -30,11 +32,12 @@ LEAST_PLAIN = Setting("least_loaded, prefix-aware demand off", "least_loaded", a
 KEY = Setting("prefix key", "prefix")
 KEY_PLAIN = Setting("prefix key, prefix-aware demand off", "prefix", aware=False)
 EVENTS = Setting("prefix, KV events", "prefix", kv_events=True)
+EVENTS_NOW = Setting("prefix, KV events, no wait", "prefix", kv_events=True, affinity_wait=0.0)
 ROUTER_CACHE = Setting("vllm-router cache_aware", "cache_aware", router=True)
 ROUTER_KV = Setting("vllm-router kv_aware", "kv_aware", router=True)
 
-RAG = [LEAST, LEAST_PLAIN, KEY, KEY_PLAIN, EVENTS, ROUTER_CACHE, ROUTER_KV]
-SKEWED = [KEY, LEAST, EVENTS, ROUTER_CACHE, ROUTER_KV]
+RAG = [LEAST, LEAST_PLAIN, KEY, KEY_PLAIN, EVENTS, EVENTS_NOW, ROUTER_CACHE, ROUTER_KV]
+SKEWED = [KEY, LEAST, EVENTS, EVENTS_NOW, ROUTER_CACHE, ROUTER_KV]
 ALL = {s.name: s for s in RAG + SKEWED}
 
 
@@ -52,6 +55,8 @@ def start(
         "GATEWAY_LOG_LEVEL": "info",
         **(KV_EVENTS if setting.kv_events else {}),
     }
+    if setting.affinity_wait is not None:
+        env["GATEWAY_ROUTING_AFFINITY_WAIT"] = str(setting.affinity_wait)
     return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
 
 

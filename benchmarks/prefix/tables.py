@@ -27,6 +27,7 @@ def mix_table(rows: list[dict[str, Any]], skewed: bool) -> str:
         "affinity hits",
         "load-cap overrides",
         "KV-event fallbacks",
+        "waited for its engine",
     ]
     if skewed:
         headers += ["in flight: max/mean, worst second", "mean of seconds", "seconds over cap"]
@@ -44,6 +45,7 @@ def mix_table(rows: list[dict[str, Any]], skewed: bool) -> str:
             num(r["affinity_hits"]),
             num(r["load_cap_overrides"]),
             num(r["kv_fallbacks"]),
+            num(r.get("affinity_waits")),
         ]
         if skewed:
             line += [

@@ -457,3 +457,57 @@ def test_a_pinned_request_waits_for_its_engine_while_others_have_room() -> None:
     admitted = admit_all(p)
     assert [r.engine for _, r in admitted] == ["e0"]
     assert p.queued == 1
+
+
+def held_on_e0(affinity_wait: float) -> tuple[AdmissionPolicy, PromptBlocks, Reservation]:
+    """Two engines of 10 blocks, e0 reporting that it holds a prompt's
+    blocks, and full: a request for that prompt fits only on e1 now."""
+    p = policy(blocks=10, engines=2, affinity_wait=affinity_wait, max_request_share=1.0)
+    indexes = {f"e{i}": BlockIndex() for i in range(2)}
+    p.router = Router(PrefixAffinity(), cache=ReportedCache(indexes))
+    prompt = PromptBlocks(tuple(range(8)))
+    assert indexes["e0"].stored([1, 2], None, list(prompt.ids), 4)
+    for index in indexes.values():
+        index.live = True
+    add(p, waiter("filler", tokens=1000, prompt=prompt))
+    ((_, filler),) = admit_all(p)
+    assert filler.engine == "e0"
+    return p, prompt, filler
+
+
+def test_a_request_waits_for_the_engine_holding_its_prompt_and_lets_the_next_pass() -> None:
+    p, prompt, filler = held_on_e0(affinity_wait=1.0)
+    held = add(p, waiter("t", affinity=7, prompt=prompt, at=0.0))
+    other = add(p, waiter("t", affinity=8, at=0.1))
+    admitted = admit_all(p, now=0.2)
+    assert [(w, r.engine) for w, r in admitted] == [(other, "e1")]
+    assert p.still_queued(held)
+    assert p.wait_ends == 1.0
+    # Its engine frees: it goes there, and its choice says it waited.
+    p.release(filler)
+    ((w, reservation),) = admit_all(p, now=0.5)
+    assert w is held
+    assert reservation.engine == "e0"
+    assert reservation.choice is not None
+    assert reservation.choice.waited_for == "e0"
+    assert p.wait_ends is None
+
+
+def test_the_wait_is_bounded_then_the_request_goes_where_it_fits() -> None:
+    p, prompt, _ = held_on_e0(affinity_wait=1.0)
+    held = add(p, waiter("t", affinity=7, prompt=prompt, at=0.0))
+    assert admit_all(p, now=0.9) == []
+    ((w, reservation),) = admit_all(p, now=1.0)
+    assert w is held
+    assert reservation.engine == "e1"
+    assert reservation.choice is not None
+    assert reservation.choice.waited_for == "e0"
+
+
+def test_with_no_affinity_wait_a_request_goes_elsewhere_at_once() -> None:
+    p, prompt, _ = held_on_e0(affinity_wait=0.0)
+    add(p, waiter("t", affinity=7, prompt=prompt, at=0.0))
+    ((_, reservation),) = admit_all(p, now=0.0)
+    assert reservation.engine == "e1"
+    assert reservation.choice is not None
+    assert reservation.choice.waited_for is None

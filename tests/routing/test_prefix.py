@@ -4,7 +4,7 @@ pure, no engines."""
 import math
 import random
 
-from app.routing.base import EngineLoad
+from app.routing.base import Choice, EngineLoad, Wait
 from app.routing.prefix import PrefixAffinity
 
 
@@ -20,7 +20,7 @@ def test_only_engines_where_the_request_fits_are_chosen() -> None:
     full = EngineLoad("e0", 0, 100.0, 0.0, fits=False)
     for key in range(50):
         choice = PrefixAffinity().choose(key, [full, fleet[1]])
-        assert choice is not None
+        assert isinstance(choice, Choice)
         assert choice.engine == "e1"
 
 
@@ -31,8 +31,8 @@ def test_a_prefix_keeps_to_one_engine_and_keys_spread_over_all() -> None:
     for key in range(400):
         first = router.choose(key, fleet)
         again = router.choose(key, list(reversed(fleet)))
-        assert first is not None
-        assert again is not None
+        assert isinstance(first, Choice)
+        assert isinstance(again, Choice)
         assert first.engine == again.engine == first.preferred
         picks[key] = first.engine
     counts = {e.id: list(picks.values()).count(e.id) for e in fleet}
@@ -45,12 +45,12 @@ def test_an_ejected_engine_moves_only_its_own_keys() -> None:
     before = {}
     for key in range(300):
         choice = router.choose(key, fleet)
-        assert choice is not None
+        assert isinstance(choice, Choice)
         before[key] = choice.engine
     without = [e for e in fleet if e.id != "e1"]
     for key in range(300):
         choice = router.choose(key, without)
-        assert choice is not None
+        assert isinstance(choice, Choice)
         if before[key] != "e1":
             assert choice.engine == before[key]
 
@@ -64,7 +64,7 @@ def test_a_hot_prefix_is_capped_at_the_factor_times_the_mean() -> None:
     for _ in range(200):
         fleet = [EngineLoad(i, n, 100.0, n / 100, True) for i, n in load.items()]
         choice = router.choose(42, fleet)
-        assert choice is not None
+        assert isinstance(choice, Choice)
         overrides += choice.overridden
         load[choice.engine] += 1
         total = sum(load.values())
@@ -80,7 +80,7 @@ def test_the_cap_follows_capacity_on_engines_of_different_sizes() -> None:
     for _ in range(400):
         fleet = [EngineLoad(i, n, weight[i], 0.0, True) for i, n in load.items()]
         choice = router.choose(rng.randrange(3), fleet)
-        assert choice is not None
+        assert isinstance(choice, Choice)
         load[choice.engine] += 1
     assert load["big"] >= 2.5 * load["small"]
 
@@ -90,7 +90,7 @@ def test_no_engine_under_its_cap_falls_back_to_the_least_loaded() -> None:
     # the request still goes somewhere it fits.
     crowded = [EngineLoad("e0", 30, 100.0, 0.9, True), EngineLoad("e1", 0, 100.0, 0.5, False)]
     choice = PrefixAffinity(factor=1.0, slack=0).choose(3, crowded)
-    assert choice is not None
+    assert isinstance(choice, Choice)
     assert choice.engine == "e0"
 
 
@@ -103,7 +103,7 @@ def test_at_low_load_a_prefix_stays_on_its_engine() -> None:
     for _ in range(3):
         fleet = [EngineLoad(i, n, 100.0, 0.0, True) for i, n in load.items()]
         choice = router.choose(99, fleet)
-        assert choice is not None
+        assert isinstance(choice, Choice)
         chosen.add(choice.engine)
         load[choice.engine] += 1
     assert len(chosen) == 1
@@ -121,7 +121,7 @@ def test_the_engine_that_holds_most_of_the_prompt_ranks_first_whatever_the_key()
         for holder in ("e0", "e1", "e2"):
             holds = {"e0": 1, "e1": 1, "e2": 1, holder: 5}
             choice = router.choose(key, held({"e0": 0, "e1": 0, "e2": 0}, holds))
-            assert choice is not None
+            assert isinstance(choice, Choice)
             assert choice.engine == choice.preferred == holder
 
 
@@ -133,10 +133,10 @@ def test_engines_that_hold_alike_are_ranked_by_the_key() -> None:
     chosen = set()
     for key in range(100):
         by_key = router.choose(key, engines(0, 0, 0))
-        assert by_key is not None
+        assert isinstance(by_key, Choice)
         for same in (0, 3):
             choice = router.choose(key, held(fleet, dict.fromkeys(fleet, same)))
-            assert choice is not None
+            assert isinstance(choice, Choice)
             assert choice.engine == by_key.engine
             chosen.add(choice.engine)
     # The keys spread over every engine, as the key's ranking does.
@@ -151,5 +151,34 @@ def test_a_holder_over_its_cap_passes_the_request_to_the_next_best_holder() -> N
     holds = {"e0": 8, "e1": 0, "e2": 2}
     for key in range(50):
         choice = router.choose(key, held(loads, holds))
-        assert choice is not None
+        assert isinstance(choice, Choice)
         assert (choice.engine, choice.preferred, choice.overridden) == ("e2", "e0", True)
+
+
+def holding(held: int, in_flight: int = 4, fits: bool = False) -> EngineLoad:
+    return EngineLoad("holder", in_flight, 100.0, 0.9, fits=fits, held=held)
+
+
+def test_a_request_that_may_wait_waits_for_the_engine_holding_the_most_of_its_prompt() -> None:
+    other = EngineLoad("other", 3, 100.0, 0.1, fits=True, held=0)
+    assert PrefixAffinity().choose(1, [holding(5), other], may_wait=True) == Wait("holder")
+    # Not allowed to wait (its wait is over): where it fits, now.
+    choice = PrefixAffinity().choose(1, [holding(5), other])
+    assert isinstance(choice, Choice)
+    assert choice.engine == "other"
+
+
+def test_nothing_waits_for_an_engine_when_one_with_room_holds_as_much_or_none_holds_any() -> None:
+    as_much = EngineLoad("other", 3, 100.0, 0.1, fits=True, held=5)
+    choice = PrefixAffinity().choose(1, [holding(5), as_much], may_wait=True)
+    assert isinstance(choice, Choice)
+    assert choice.engine == "other"
+    unknown = [holding(0), EngineLoad("other", 3, 100.0, 0.1, fits=True)]
+    assert isinstance(PrefixAffinity().choose(1, unknown, may_wait=True), Choice)
+
+
+def test_nothing_waits_for_an_engine_loaded_past_its_cap() -> None:
+    other = EngineLoad("other", 0, 100.0, 0.1, fits=True, held=0)
+    choice = PrefixAffinity().choose(1, [holding(5, in_flight=10), other], may_wait=True)
+    assert isinstance(choice, Choice)
+    assert choice.engine == "other"

@@ -32,7 +32,9 @@ class Recorder:
 
     seen: list[EngineLoad] = field(default_factory=list)
 
-    def choose(self, affinity: int | None, engines: Sequence[EngineLoad]) -> Choice | None:
+    def choose(
+        self, affinity: int | None, engines: Sequence[EngineLoad], *, may_wait: bool = False
+    ) -> Choice | None:
         self.seen = list(engines)
         return Choice(engines[0].id)
 
@@ -77,6 +79,6 @@ def test_an_engine_filtered_out_is_not_asked_and_does_not_cause_a_fallback() -> 
     choice = Router(PrefixAffinity(), cache=table).choose(
         RouteRequest(affinity=7, prompt=PROMPT), fleet
     )
-    assert choice is not None
+    assert isinstance(choice, Choice)
     assert (choice.engine, choice.fallback) == ("b", None)
     assert table.asked == ["b"]
