@@ -86,7 +86,10 @@ tenant that was idle does not bank credit), then by arrival
 nothing overtakes it, so large requests are not starved by small ones; the
 cap above bounds how long it can hold them. Only requests for a model whose
 engines are full wait behind such a head: a request for another model goes
-on.
+on. One waiter is passed over instead of waited behind: a request that
+waits by choice for the engine holding its prompt (``affinity_wait``,
+``app.routing.prefix``) keeps its place while the ones behind it go — for
+a bounded time, after which it is placed where it fits like any other.
 
 *Refusing early, and Retry-After.* A new request whose predicted wait is
 longer than the queue's deadline is refused at once rather than after it,
