@@ -32,12 +32,12 @@ LEAST_PLAIN = Setting("least_loaded, prefix-aware demand off", "least_loaded", a
 KEY = Setting("prefix key", "prefix")
 KEY_PLAIN = Setting("prefix key, prefix-aware demand off", "prefix", aware=False)
 EVENTS = Setting("prefix, KV events", "prefix", kv_events=True)
-EVENTS_NOW = Setting("prefix, KV events, no wait", "prefix", kv_events=True, affinity_wait=0.0)
+EVENTS_WAIT = Setting("prefix, KV events, wait 1 s", "prefix", kv_events=True, affinity_wait=1.0)
 ROUTER_CACHE = Setting("vllm-router cache_aware", "cache_aware", router=True)
 ROUTER_KV = Setting("vllm-router kv_aware", "kv_aware", router=True)
 
-RAG = [LEAST, LEAST_PLAIN, KEY, KEY_PLAIN, EVENTS, EVENTS_NOW, ROUTER_CACHE, ROUTER_KV]
-SKEWED = [KEY, LEAST, EVENTS, EVENTS_NOW, ROUTER_CACHE, ROUTER_KV]
+RAG = [LEAST, LEAST_PLAIN, KEY, KEY_PLAIN, EVENTS, EVENTS_WAIT, ROUTER_CACHE, ROUTER_KV]
+SKEWED = [KEY, LEAST, EVENTS, EVENTS_WAIT, ROUTER_CACHE, ROUTER_KV]
 ALL = {s.name: s for s in RAG + SKEWED}
 
 
