@@ -75,14 +75,8 @@ class PrefixAffinity:
         if not ranked:
             return None
         preferred = ranked[0]
-        # The cap shares the load among engines that have room now or will
-        # free some: one with nothing in flight and no room for this request
-        # (too small for it, or held by what it cannot see) frees nothing
-        # to wait for, and counting it would hold the others to a share of
-        # a load it can never take.
-        sharing = [e for e in engines if e.fits or e.in_flight > 0]
-        total = sum(e.in_flight for e in sharing)
-        weights = sum(e.weight for e in sharing) or 1.0
+        total = sum(e.in_flight for e in engines)
+        weights = sum(e.weight for e in engines) or 1.0
 
         def under_cap(engine: EngineLoad) -> bool:
             fair = (total + 1) * engine.weight / weights
@@ -102,13 +96,11 @@ class PrefixAffinity:
     @staticmethod
     def _worth_waiting(preferred: EngineLoad, engines: Sequence[EngineLoad]) -> bool:
         """``preferred`` reports holding part of the prompt, has no room for
-        it now but requests in flight that will free some, and no engine
-        with room holds as much."""
+        it now, and no engine with room holds as much."""
         held = preferred.held or 0
         return (
             held > 0
             and not preferred.fits
-            and preferred.in_flight > 0
             and not any(e.fits and (e.held or 0) >= held for e in engines)
         )
 
