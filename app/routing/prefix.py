@@ -29,16 +29,9 @@ and is under its cap gets the request; the load is read from admission's own
 accounting at the moment of the decision, not from a sampled gauge seconds
 old, so requests decided together see each other.
 
-The cap is a bound, not a preference: when every engine under its cap is
-full, the request waits for room there (admission's queue) rather than load
-an engine past it — even one with room. An engine whose requests share a hot
-prefix fits more of them (prefix-aware demand counts the prefix once), so a
-cap that gave way whenever the others were full would let that engine take
-far more than its share of the fleet's requests, and its requests' share of
-its compute; the engines' KV room then goes unused for as long as the others
-stay full. Affinity itself is a preference: among engines under their caps
-the request goes to the first in the ranking where it fits now, its
-preferred engine or not. One exception, bounded by admission: where
+Affinity is a preference: the router chooses among engines where the
+request fits now; when none is under its cap (the fleet is nearly full), the
+least loaded that fits takes it. One exception, bounded by admission: where
 an engine reports holding more of the prompt than any engine with room, is
 under its cap and has no room for the request yet, a request that may wait
 (``may_wait``: it has not waited its ``GATEWAY_ROUTING_AFFINITY_WAIT`` yet)
@@ -85,13 +78,15 @@ class PrefixAffinity:
 
         if may_wait and self._worth_waiting(preferred, engines) and under_cap(preferred):
             return Wait(preferred.id)
+        if not any(e.fits for e in engines):
+            return None
         for engine in ranked:
             if engine.fits and under_cap(engine):
                 overridden = engine is not preferred and preferred.fits
                 return Choice(engine.id, preferred.id, overridden)
-        # Where it fits, every engine is past its cap: it waits for room
-        # under one (at least one engine is always under its cap).
-        return None
+        fallback = self._fallback.choose(None, engines)
+        assert isinstance(fallback, Choice)
+        return Choice(fallback.engine, preferred.id, preferred.fits)
 
     @staticmethod
     def _worth_waiting(preferred: EngineLoad, engines: Sequence[EngineLoad]) -> bool:

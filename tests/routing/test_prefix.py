@@ -85,16 +85,13 @@ def test_the_cap_follows_capacity_on_engines_of_different_sizes() -> None:
     assert load["big"] >= 2.5 * load["small"]
 
 
-def test_a_request_waits_rather_than_load_an_engine_past_its_cap() -> None:
+def test_no_engine_under_its_cap_falls_back_to_the_least_loaded() -> None:
     # e0 is far over its share (cap ceil(31 / 2) = 16) and e1 has no room:
-    # the request waits for room on e1, though e0 has some.
+    # the request still goes somewhere it fits.
     crowded = [EngineLoad("e0", 30, 100.0, 0.9, True), EngineLoad("e1", 0, 100.0, 0.5, False)]
-    assert PrefixAffinity(factor=1.0, slack=0).choose(3, crowded) is None
-    # Once e1 has room, it takes the request.
-    crowded[1] = EngineLoad("e1", 0, 100.0, 0.5, True)
     choice = PrefixAffinity(factor=1.0, slack=0).choose(3, crowded)
     assert isinstance(choice, Choice)
-    assert choice.engine == "e1"
+    assert choice.engine == "e0"
 
 
 def test_at_low_load_a_prefix_stays_on_its_engine() -> None:
