@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     # Prefix routing on KV cache events: how long a request may wait for the
     # engine that holds the most of its prompt while another has room,
     # seconds (0, the default: never; it goes elsewhere at once — measured
-    # better in all but the mix whose documents overflow both caches).
+    # better in every mix of the prefix benchmark).
     routing_affinity_wait: float = Field(0.0, ge=0)
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
