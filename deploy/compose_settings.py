@@ -51,6 +51,8 @@ COMPOSE_DEFAULTS = {
 NOTES = {
     "upstream_api_key": "The engines' own --api-key, when they were started with one.",
     "routing": "least_loaded, or prefix: affinity with bounded load, among several engines.",
+    "routing_affinity_wait": "Seconds a request may wait for the engine holding its prompt"
+    " (prefix routing on KV events; 0: never).",
     "shutdown_timeout": "Keep it under 40: docker-compose.yml gives the gateway 40 s to stop.",
     "admission": "off disables admission control and queueing (for comparisons).",
     "max_concurrency": "Match the engine's --max-num-seqs (ENGINE_MAX_NUM_SEQS, 256 in both"
