@@ -142,7 +142,7 @@ class AdmissionController:
         except QueueFull as full:
             raise OverCapacity(
                 "the gateway's queue is full; retry after the time given in Retry-After",
-                reason="queue_full",
+                reason=full.reason,
                 retry_after=full.retry_after,
             ) from None
         self._queued[record.engine_request_id] = waiter

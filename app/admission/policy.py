@@ -147,9 +147,13 @@ class Decision:
 
 
 class QueueFull(Exception):
-    def __init__(self, retry_after: float) -> None:
+    """A new request refused before it is queued; ``reason`` is its
+    rejection reason (``gateway_rejections_total``)."""
+
+    def __init__(self, retry_after: float, reason: str = "queue_full") -> None:
         super().__init__("queue full")
         self.retry_after = retry_after
+        self.reason = reason
 
 
 class AdmissionPolicy:
