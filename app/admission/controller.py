@@ -141,7 +141,7 @@ class AdmissionController:
             policy.enqueue(waiter, now, front=bool(waiter.excluded))
         except QueueFull as full:
             raise OverCapacity(
-                "the gateway's queue is full; retry after the time given in Retry-After",
+                f"{full.message}; retry after the time given in Retry-After",
                 reason=full.reason,
                 retry_after=full.retry_after,
             ) from None

@@ -150,10 +150,16 @@ class QueueFull(Exception):
     """A new request refused before it is queued; ``reason`` is its
     rejection reason (``gateway_rejections_total``)."""
 
-    def __init__(self, retry_after: float, reason: str = "queue_full") -> None:
-        super().__init__("queue full")
+    def __init__(
+        self,
+        retry_after: float,
+        reason: str = "queue_full",
+        message: str = "the gateway's queue is full",
+    ) -> None:
+        super().__init__(message)
         self.retry_after = retry_after
         self.reason = reason
+        self.message = message
 
 
 class AdmissionPolicy:
