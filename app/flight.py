@@ -34,6 +34,8 @@ the request.
 
 import logging
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import TracebackType
 
 import anyio
@@ -43,7 +45,6 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from app.admission.base import AdmissionRequest, Hold
-from app.admission.controller import KvHold
 from app.engine.client import EngineResponse
 from app.engine.monitor import engine_label
 from app.errors import (
@@ -71,6 +72,36 @@ from app.validation import Route
 
 log = logging.getLogger("gateway")
 
+# Something that follows from a request's outcome, given its ended record.
+EndListener = Callable[[RequestRecord], None]
+
+
+@dataclass(frozen=True)
+class AtEnd:
+    """What follows from a request's outcome: run once when it ends, before
+    it is counted and logged (so the log line has what they set), each
+    skipped when not given."""
+
+    # The key's charge settles to what the request used.
+    settle_key: EndListener | None = None
+    # The prompt-token estimate learns from the engine's count.
+    learn_estimate: EndListener | None = None
+    # A completed response's engine is remembered (continued responses go there).
+    remember_response: EndListener | None = None
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What the pipeline settled before admission that the flight answers by."""
+
+    # Its tokens are charged to a key: a stream cut short pays what the
+    # engine says it generated (``app.relay.pick``).
+    charged: bool = False
+    # Sent with a successful answer only (the key's rate-limit headers).
+    headers: Mapping[str, str] = field(default_factory=dict)
+    at_end: AtEnd = AtEnd()
+
+
 ENGINE_PATHS: dict[Route, str] = {
     "chat": "/v1/chat/completions",
     "completions": "/v1/completions",
@@ -90,12 +121,10 @@ class Flight:
         self._services = services
         self._request = request
         self._send = send
-        # On every answer; the answer headers (rate limits) on a success only.
+        # On every answer; the terms' headers (rate limits) on a success only.
         self._headers = {HEADER: request_id}
-        self.answer_headers: dict[str, str] = {}
-        # Its tokens are charged to a key: a stream cut short pays what the
-        # engine says it generated (``app.relay.pick``).
-        self.charged = False
+        self._terms = Terms()
+        self._concluded = False
         self._admission: AdmissionRequest | None = None
         self._hold: Hold | None = None
         self._tried: list[str] = []
@@ -131,16 +160,17 @@ class Flight:
                 status=200 if self._sender is not None else 500,
                 error="request torn down by the gateway",
             )
+            self._conclude()
             self._release()
             self._services.drain.leave()
             self.trace.end(self.record)
         # Everything is answered here; cancellation goes on up.
         return error is None or isinstance(error, Exception)
 
-    async def run(self, admission: AdmissionRequest) -> None:
-        """Admit the request and answer it from an engine, watching the
-        client and the drain the whole time."""
-        self._admission = admission
+    async def run(self, admission: AdmissionRequest, terms: Terms) -> None:
+        """Admit the request and answer it from an engine, on ``terms``,
+        watching the client and the drain the whole time."""
+        self._admission, self._terms = admission, terms
         failure: Exception | None = None
         async with anyio.create_task_group() as group:
             self._cancel, self._group = group.cancel_scope, group
@@ -191,8 +221,7 @@ class Flight:
         record.phase = "queued"
         with self.trace.queue(retry=bool(self._tried)) as queued:
             self._hold = hold = await services.admission.admit(self._admission, record, self._tried)
-            choice = hold.reservation.choice if isinstance(hold, KvHold) else None
-            reason = route_reason(choice, retry=bool(self._tried))
+            reason = route_reason(hold.choice, retry=bool(self._tried))
             queued.admitted(hold.engine, reason, services.settings.routing)
         self._tried.append(hold.engine)
         record.engine, record.tries = engine_label(self._hold.engine), len(self._tried)
@@ -229,11 +258,12 @@ class Flight:
         assert self._admission is not None
         assert self._upstream is not None
         self._relay = relay = relay_for(
-            self._admission.job, self.record, self._services.metrics, charged=self.charged
+            self._admission.job, self.record, self._services.metrics, charged=self._terms.charged
         )
         sender = await self._open_stream()
         await sender.pump(self._upstream.chunks(), relay)
         relay.finish()
+        self._conclude()
         await sender.end()
 
     async def _open_stream(self) -> StreamSender:
@@ -248,7 +278,7 @@ class Flight:
                 first_event_added=metrics.first_event_added,
             )
             with anyio.CancelScope(shield=True):
-                await sender.start(self._headers | self.answer_headers)
+                await sender.start(self._headers | dict(self._terms.headers))
             self._sender = sender
             assert self._group is not None
             self._group.start_soon(sender.keep_time, self._end_because)
@@ -259,11 +289,12 @@ class Flight:
         content = await upstream.read()
         read_usage(content, self.record, self._admission.job.route if self._admission else "")
         self.record.finish("completed", status=upstream.status)
+        self._conclude()
         response = Response(
             content,
             status_code=upstream.status,
             media_type="application/json",
-            headers=self._headers | self.answer_headers,
+            headers=self._headers | dict(self._terms.headers),
         )
         await response(self._request.scope, self._request.receive, self._send)
 
@@ -338,6 +369,8 @@ class Flight:
             log.error("unexpected error while serving a request", exc_info=error)
             error = InternalError("internal gateway error")
         record.fail(error)
+        # Counted before the client can see the error.
+        self._conclude()
         if error.status == 503 and error.retry_after is None:
             # Every 503 says when to come back: the engine unreachable after
             # admission, the drain's deadline (neither knows a better time).
@@ -351,6 +384,24 @@ class Flight:
         response = error_response(error)
         response.headers.update(self._headers)
         await response(self._request.scope, self._request.receive, self._send)
+
+    def _conclude(self) -> None:
+        """Once the request has its outcome: what follows from it, then the
+        outcome counted and logged. Called as soon as the outcome is known
+        (before the client sees the end of its answer, so what it reads next
+        already counts it), and from ``__aexit__`` whatever happened."""
+        record, at_end = self.record, self._terms.at_end
+        if self._concluded or not record.finished:
+            return
+        self._concluded = True
+        for listener in (at_end.settle_key, at_end.learn_estimate, at_end.remember_response):
+            if listener is None:
+                continue
+            try:
+                listener(record)
+            except Exception:
+                log.exception("ending request %s: %s failed", record.request_id, listener)
+        record.report()
 
     def _count_partial_output(self) -> None:
         if self._relay is not None:

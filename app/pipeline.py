@@ -10,6 +10,7 @@ gives back what it held. Errors of any stage are ``GatewayError``s.
 
 import time
 from dataclasses import replace
+from functools import partial
 
 from starlette.requests import Request
 from starlette.types import Send
@@ -17,15 +18,15 @@ from starlette.types import Send
 from app.admission.base import AdmissionRequest
 from app.admission.demand import Demand, demand_of
 from app.errors import Draining, EngineUnavailable, Forbidden
-from app.flight import Flight
+from app.flight import AtEnd, EndListener, Flight, Terms
 from app.identity import Identity
 from app.keys.file import KeyEntry
 from app.keys.identify import cache_scope, identify
-from app.keys.quota import KeyQuota, tokens_used
+from app.keys.quota import Charge, KeyQuota, tokens_used
 from app.owned_fields import CacheScope
 from app.record import RequestRecord
 from app.response_ids import Holder
-from app.routing.prefix_key import affinity_of, prompt_blocks
+from app.routing.prefix_key import prompt_keys
 from app.services import Services
 from app.settings import Settings
 from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
@@ -44,8 +45,8 @@ async def serve_completion(request: Request, route: Route, services: Services, s
         scope = cache_scope(key, services.settings.prefix_cache_isolation)
         # A stream whose tokens count against the key's limit asks the engine
         # for its usage in every chunk, to pay exactly what it generated.
-        flight.charged = bool(key and services.quota and key.tokens_per_minute is not None)
-        job = await _receive(request, route, record, services, scope, flight.charged)
+        charged = bool(key and services.quota and key.tokens_per_minute is not None)
+        job = await _receive(request, route, record, services, scope, charged)
         pinned = None
         if job.previous_response_id is not None:
             held = await services.responses.locate(
@@ -53,20 +54,20 @@ async def serve_completion(request: Request, route: Route, services: Services, s
             )
             job, pinned = replace(job, history_tokens=held.tokens), held.engine
         demand = demand_of(job, services.estimator)
-        _learn_from(record, job, services)
-        if job.response_id is not None:
-            _remember(flight, job.response_id, identity, services)
+        # The prompt's keys, made once: routing, prefix-aware demand, retries.
+        keys = prompt_keys(job, partial(services.estimator.estimate, job.route))
+        at_end = AtEnd(
+            learn_estimate=_learning(job, services),
+            remember_response=_remembering(flight, job.response_id, identity, services),
+        )
+        headers: dict[str, str] = {}
         if key is not None and services.quota is not None:
-            flight.answer_headers = await _charge(services.quota, key, record, demand)
+            charge = await _charge(services.quota, key, record, demand)
+            headers = charge.headers
+            at_end = replace(at_end, settle_key=_settling(charge, demand))
         await flight.run(
-            AdmissionRequest(
-                job,
-                demand,
-                identity,
-                affinity=affinity_of(job),
-                pinned=pinned,
-                prompt=prompt_blocks(job),
-            )
+            AdmissionRequest(job, demand, identity, keys=keys, pinned=pinned),
+            Terms(charged=charged, headers=headers, at_end=at_end),
         )
 
 
@@ -129,47 +130,53 @@ def _count_decides(settings: Settings, charged: bool) -> bool:
     return settings.admission == "on" or charged or settings.routing == "prefix"
 
 
-async def _charge(
-    quota: KeyQuota, key: KeyEntry, record: RequestRecord, demand: Demand
-) -> dict[str, str]:
+async def _charge(quota: KeyQuota, key: KeyEntry, record: RequestRecord, demand: Demand) -> Charge:
     """Charge the request against its key's limits (between its estimate
     and its worst case: ``app.keys.quota``); it settles to what it used when
-    it ends, and a completed one teaches the key's estimate. Returns the
-    rate-limit headers to answer with."""
+    it ends (``_settling``)."""
     worst = demand.worst_usage
     charge = await quota.charge(key, record.engine_request_id, worst, demand.prompt_tokens)
     record.worst_tokens, record.charged_wall = worst, time.time()
     record.charged_tokens = worst if charge.charged is None else charge.charged
+    return charge
 
-    def settle(ended: RequestRecord) -> None:
+
+def _settling(charge: Charge, demand: Demand) -> EndListener:
+    """Settle the key's charge to what the request used; a completed one
+    teaches the key's estimate."""
+
+    def settle_key(ended: RequestRecord) -> None:
         ended.used_tokens = tokens_used(ended, demand.prompt_tokens)
         completed = ended.outcome == "completed" and ended.completion_tokens is not None
         charge.settle(ended.used_tokens, ended.completion_tokens if completed else None)
 
-    record.on_end(settle)
-    return charge.headers
+    return settle_key
 
 
-def _remember(flight: Flight, response_id: str, identity: Identity, services: Services) -> None:
+def _remembering(
+    flight: Flight, response_id: str | None, identity: Identity, services: Services
+) -> EndListener | None:
     """Remember which engine holds a completed response, and whose it is."""
+    if response_id is None:
+        return None
 
-    def remember(ended: RequestRecord) -> None:
+    def remember_response(ended: RequestRecord) -> None:
         engine = flight.engine
         if ended.outcome == "completed" and engine is not None:
             tokens = (ended.prompt_tokens or 0) + (ended.completion_tokens or 0)
             services.responses.held.remember(response_id, Holder(engine, identity.tenant, tokens))
 
-    flight.record.on_end(remember)
+    return remember_response
 
 
-def _learn_from(record: RequestRecord, job: CompletionJob, services: Services) -> None:
+def _learning(job: CompletionJob, services: Services) -> EndListener | None:
     """Fit the prompt-token estimate to what the engine counts for one text prompt."""
     (prompt, *batch) = job.prompts
     if batch or not prompt.text or job.history_tokens:
-        return
+        return None
 
-    def learn(ended: RequestRecord) -> None:
+    def learn_estimate(ended: RequestRecord) -> None:
         if ended.outcome == "completed" and ended.prompt_tokens:
             services.estimator.observe(job.route, len(prompt.text), ended.prompt_tokens)
 
-    record.on_end(learn)
+    return learn_estimate

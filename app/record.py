@@ -2,13 +2,13 @@
 
 The record travels with the request through validation, admission and the
 relay. Whoever ends the request calls ``finish`` with its outcome; the first
-call wins, counts the outcome in the metrics and writes the access-log line.
+call wins. The request's flight then runs what follows from the outcome and
+``report``s it, once: counted in the metrics, one access-log line.
 """
 
 import logging
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -20,7 +20,6 @@ from app.request_id import current_request_id
 Phase = Literal["receiving", "queued", "waiting_first_token", "streaming", "non_streaming"]
 
 access_log = logging.getLogger("gateway.access")
-log = logging.getLogger("gateway")
 
 
 class Telemetry:
@@ -111,7 +110,7 @@ class RequestRecord:
     charged_wall: float | None = None
     used_tokens: int = 0
 
-    _on_end: list[Callable[["RequestRecord"], None]] = field(default_factory=list)
+    _reported: bool = False
 
     @property
     def finished(self) -> bool:
@@ -121,14 +120,6 @@ class RequestRecord:
         self.tenant = identity.tenant
         self.priority = identity.priority
         self.key_id = identity.key_id
-
-    def on_end(self, hook: Callable[["RequestRecord"], None]) -> None:
-        """Call ``hook`` once when the request ends (before it is counted
-        and logged), or now if it already has."""
-        if self.finished:
-            hook(self)
-        else:
-            self._on_end.append(hook)
 
     def finish(
         self, outcome: Outcome, *, status: int, reason: str | None = None, error: str | None = None
@@ -141,12 +132,14 @@ class RequestRecord:
         self.reason = reason
         self.error = error
         self.ended_at = time.perf_counter()
-        for hook in self._on_end:
-            try:
-                hook(self)
-            except Exception:
-                log.exception("a hook at the end of request %s failed", self.request_id)
-        self._on_end.clear()
+        return True
+
+    def report(self) -> bool:
+        """Count the ended request's outcome and write its log line; False
+        (and nothing done) if it was already reported."""
+        if self._reported or self.outcome is None:
+            return False
+        self._reported = True
         self.telemetry.record(self)
         return True
 

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 
 from app.admission.base import AdmissionRequest
-from app.admission.controller import AdmissionController, KvHold
+from app.admission.controller import AdmissionController
+from app.admission.hold import KvHold
 from app.keys.output import MIN_SAMPLES
 from app.record import RequestRecord
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.keys import key_entry, write_keys_file
-from tests.support.scripted_engine import DONE, MODEL, chunk, usage_chunk
+from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, next_call, usage_chunk
 from tests.support.wait import wait_for
 
 COMPLETIONS = "/v1/completions"
@@ -408,3 +409,38 @@ async def test_what_a_key_is_charged_is_learned_from_its_completed_requests(
         await exchange.done()
         assert charged() == (29, 104)
         assert gateway.settled()
+
+
+async def test_a_prompts_prefix_is_hashed_once_however_often_it_is_admitted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The routing key, the prefix pieces and the retry's second admission
+    all read the keys made when the request was received."""
+    import app.routing.prefix_key as prefix_key
+
+    chains: list[str] = []
+    for name in ("prefix_chain", "block_chain"):
+        real = getattr(prefix_key, name)
+
+        def counting(
+            *args: object, _real: Callable[..., object] = real, _name: str = name
+        ) -> object:
+            chains.append(_name)
+            return _real(*args)
+
+        monkeypatch.setattr(prefix_key, name, counting)
+    a, b = ScriptedEngine(), ScriptedEngine()
+    async with in_process_gateway(fleet=(a, b)) as gateway:
+        long_prompt = "a document shared by many requests " * 80
+        exchange = gateway.request(COMPLETIONS, body(prompt=long_prompt, stream=True))
+        first, call = await next_call(a, b)
+        call.stream()
+        call.drop(reset=False)
+        second, retry = await next_call(a, b)
+        assert second is not first
+        retry.stream()
+        retry.send(chunk("x") + usage_chunk(1, 1) + DONE)
+        retry.end()
+        await exchange.done()
+        assert gateway.metric("gateway_engine_retries_total") == 1
+    assert len(chains) == 1

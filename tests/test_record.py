@@ -19,12 +19,16 @@ def make(metrics: GatewayMetrics) -> RequestRecord:
     return RequestRecord("id", "chat", Telemetry(metrics), tenant="t", priority="normal")
 
 
-def test_the_first_outcome_wins() -> None:
+def test_the_first_outcome_wins_and_is_reported_once() -> None:
     metrics = GatewayMetrics()
     record = make(metrics)
+    assert not record.report()
     assert record.finish("completed", status=200)
+    assert count(metrics, "gateway_requests_total") == 0
     assert not record.cancel()
     assert not record.fail(UpstreamTimeout("late"))
+    assert record.report()
+    assert not record.report()
     assert record.outcome == "completed"
     assert count(metrics, "gateway_requests_total") == 1
 
@@ -38,6 +42,8 @@ def test_rejections_and_cancellations_are_broken_out() -> None:
     cancelled.cancel()
     failed = make(metrics)
     failed.fail(UpstreamTimeout("slow"))
+    for record in (rejected, cancelled, failed):
+        record.report()
     assert count(metrics, "gateway_rejections_total", reason="draining") == 1
     assert count(metrics, "gateway_cancellations_total", phase="streaming") == 1
     assert count(metrics, "gateway_requests_total", outcome="failed") == 1
@@ -53,27 +59,16 @@ def test_the_access_log_line_has_no_headers() -> None:
     assert not any("auth" in key.lower() for key in fields)
 
 
-def test_end_hooks_run_once_before_the_outcome_is_counted() -> None:
-    metrics = GatewayMetrics()
-    record = make(metrics)
-    seen: list[tuple[str | None, float]] = []
-    record.on_end(lambda r: seen.append((r.outcome, count(metrics, "gateway_requests_total"))))
-    record.finish("completed", status=200)
-    record.cancel()
-    assert seen == [("completed", 0.0)]
-    late: list[str | None] = []
-    record.on_end(lambda r: late.append(r.outcome))
-    assert late == ["completed"]
-
-
 def test_per_tenant_series_only_for_keyed_requests() -> None:
     metrics = GatewayMetrics()
     anonymous = make(metrics)
     anonymous.fail(Draining("bye", retry_after=5))
+    anonymous.report()
     keyed = RequestRecord("id", "chat", Telemetry(metrics), tenant="acme", priority="normal")
     keyed.key_id = "acme-1"
     keyed.charged_tokens, keyed.used_tokens = 100, 40
     keyed.finish("completed", status=200)
+    keyed.report()
     assert count(metrics, "gateway_tenant_rejections_total") == 0
     assert count(metrics, "gateway_tenant_tokens_total", tenant="acme", kind="admitted") == 100
     assert count(metrics, "gateway_tenant_tokens_total", tenant="acme", kind="used") == 40

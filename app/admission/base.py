@@ -12,7 +12,7 @@ from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
 from app.routing.base import Choice, EngineLoad, RouteRequest
-from app.routing.block_index import PromptBlocks
+from app.routing.prefix_key import PromptKeys
 from app.routing.router import Router
 from app.validation import CompletionJob
 
@@ -20,16 +20,15 @@ from app.validation import CompletionJob
 @dataclass(frozen=True)
 class AdmissionRequest:
     """What admission decides on: the checked request, its worst-case
-    demand on the KV cache, who it is for, its prompt's prefix key, the one
-    engine it may go to, if any (it continues state held there), and its
-    prompt as the engines' caches are looked up with (token ids known)."""
+    demand on the KV cache, who it is for, its prompt's keys (made once per
+    request: routing key, prefix pieces, blocks), and the one engine it may
+    go to, if any (it continues state held there)."""
 
     job: CompletionJob
     demand: Demand
     identity: Identity
-    affinity: int | None = None
+    keys: PromptKeys = field(default_factory=PromptKeys)
     pinned: str | None = None
-    prompt: PromptBlocks | None = None
 
 
 class Hold(Protocol):
@@ -38,6 +37,10 @@ class Hold(Protocol):
     @property
     def engine(self) -> str:
         """The engine's base URL."""
+
+    @property
+    def choice(self) -> Choice | None:
+        """How the router placed it (None: not told)."""
 
     def release(self, record: RequestRecord) -> None:
         """Give the capacity back; the record carries what the request used."""
@@ -84,6 +87,7 @@ class _CountedHold:
     owner: "Unlimited"
     engine: str
     released: bool = field(default=False)
+    choice: Choice | None = None
 
     def release(self, record: RequestRecord) -> None:
         if not self.released:
@@ -111,10 +115,10 @@ class Unlimited:
         ]
         route = RouteRequest(
             request.job.model,
-            request.affinity,
+            request.keys.affinity,
             frozenset(excluded),
             request.pinned,
-            request.prompt,
+            request.keys.blocks,
         )
         choice = self._router.choose(route, loads)
         if not isinstance(choice, Choice):  # nothing waits here: may_wait is off

@@ -51,8 +51,6 @@ class Waiter:
     # The engine it waited for, holding its place, because that engine
     # holds the most of its prompt (``app.routing.prefix``).
     waited_for: str | None = None
-    # Set by the controller: whatever it needs to wake the request up.
-    handle: object = None
 
     def blocks(self, block_size: int) -> int:
         """Its worst case in KV blocks of ``block_size`` tokens."""

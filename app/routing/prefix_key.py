@@ -13,18 +13,65 @@ requests of different salts share no cached block, so no key either.
 
 A prompt whose token ids are known is keyed by its first ``AFFINITY_TOKENS``
 ids instead (about as much of it as the text key covers), and looked up in
-the engines' caches as blocks (``prompt_blocks``).
+the engines' caches as blocks (``PromptKeys.blocks``).
+
+Prefix-aware demand (``app.admission.budget``) counts what an engine already
+holds of a prompt by the same chains, further: ``PREFIX_PIECES`` pieces (of
+text, or of ``PIECE_TOKENS`` token ids). ``prompt_keys`` makes all of a
+request's keys at once — the routing key is a link of the text's chain — and
+the request carries them from then on: a retry or a second look at the
+queue hashes nothing again.
 """
 
 import hashlib
 from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from app.routing.block_index import PromptBlocks
+from app.routing.block_index import PromptBlocks, block_chain
 from app.validation import CompletionJob
 
 CHUNK_CHARS = 256
 AFFINITY_CHUNKS = 8
 AFFINITY_TOKENS = 512
+# How much of a prompt's prefix is tracked for prefix-aware demand (pieces of
+# CHUNK_CHARS characters: 64 × 256 = 16k characters, a few thousand tokens;
+# or, for a prompt of known token ids, of PIECE_TOKENS tokens).
+PREFIX_PIECES = 64
+PIECE_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class PromptKeys:
+    """A request's (first) prompt, keyed once: its routing key, its prefix
+    pieces with the tokens up to the end of each (counted for token ids,
+    estimated for text), and its blocks as the engines' caches are looked
+    up with (token ids known)."""
+
+    affinity: int | None = None
+    pieces: tuple[tuple[int, int], ...] = ()
+    blocks: PromptBlocks | None = None
+
+
+def prompt_keys(job: CompletionJob, tokens_in: Callable[[int], int]) -> PromptKeys:
+    """All of ``job``'s keys; ``tokens_in(chars)``: the tokens estimated
+    for that many characters of its text."""
+    prompt = job.prompts[0]
+    if prompt.ids:
+        chain = block_chain(prompt.ids, PIECE_TOKENS, job.cache_salt, PREFIX_PIECES)
+        return PromptKeys(
+            _ids_affinity(prompt.ids, job.cache_salt),
+            tuple((piece, (i + 1) * PIECE_TOKENS) for i, piece in enumerate(chain)),
+            PromptBlocks(prompt.ids, job.cache_salt),
+        )
+    if not prompt.text:
+        return PromptKeys()
+    chain = prefix_chain(prompt.text, PREFIX_PIECES, job.cache_salt)
+    pieces = tuple((piece, tokens_in((i + 1) * CHUNK_CHARS)) for i, piece in enumerate(chain))
+    if chain:
+        # The routing key is the chain's link after AFFINITY_CHUNKS pieces.
+        return PromptKeys(chain[:AFFINITY_CHUNKS][-1], pieces)
+    return PromptKeys(_short_affinity(prompt.text, job.cache_salt))
 
 
 def prefix_chain(text: str, limit: int | None = None, salt: str | None = None) -> tuple[int, ...]:
@@ -42,31 +89,15 @@ def prefix_chain(text: str, limit: int | None = None, salt: str | None = None) -
     return tuple(chain)
 
 
-def affinity_of(job: CompletionJob) -> int | None:
-    """The routing key of a request's (first) prompt: of its first token ids
-    when they are known, else of its text."""
-    prompt = job.prompts[0]
-    if prompt.ids:
-        ids = array("q", prompt.ids[:AFFINITY_TOKENS]).tobytes()
-        digest = hashlib.blake2b(_seed(job.cache_salt) + ids, digest_size=8).digest()
-        return int.from_bytes(digest, "big")
-    text = prompt.text
-    if not text:
-        return None
-    chain = prefix_chain(text, AFFINITY_CHUNKS, job.cache_salt)
-    if chain:
-        return chain[-1]
-    short = hashlib.blake2b(
-        _seed(job.cache_salt) + text.encode("utf-8", "surrogatepass"), digest_size=8
-    ).digest()
-    return int.from_bytes(short, "big")
+def _ids_affinity(ids: tuple[int, ...], salt: str | None) -> int:
+    data = array("q", ids[:AFFINITY_TOKENS]).tobytes()
+    return int.from_bytes(hashlib.blake2b(_seed(salt) + data, digest_size=8).digest(), "big")
 
 
-def prompt_blocks(job: CompletionJob) -> PromptBlocks | None:
-    """The request's (first) prompt as the engines' caches are looked up
-    with, when its token ids are known."""
-    prompt = job.prompts[0]
-    return PromptBlocks(prompt.ids, job.cache_salt) if prompt.ids else None
+def _short_affinity(text: str, salt: str | None) -> int:
+    """A prompt shorter than one piece: keyed by the whole of it."""
+    data = _seed(salt) + text.encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
 
 
 def _seed(salt: str | None) -> bytes:

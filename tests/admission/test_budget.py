@@ -1,12 +1,14 @@
 """One engine's budget: charges, capacity, overcommit, its sequence cap."""
 
+from functools import partial
+
 import pytest
 
 from app.admission.budget import BudgetConfig, EngineBudget
-from app.admission.controller import prefix_pieces
 from app.admission.estimate import PromptTokenEstimator
 from app.admission.fairqueue import Waiter
 from app.engine.view import FixedView
+from app.routing.prefix_key import prompt_keys
 from app.validation import Limits, check_request
 
 
@@ -160,7 +162,7 @@ def test_a_prefix_of_token_ids_is_counted_exactly() -> None:
         body = {"model": "m", "prompt": document + question, "max_tokens": 100}
         job = check_request("completions", body, {"m": None}, Limits(4, 4))
         w = waiter(1100, seq_tokens=(1100,))
-        w.prefix = prefix_pieces(job, PromptTokenEstimator())
+        w.prefix = prompt_keys(job, partial(PromptTokenEstimator().estimate, job.route)).pieces
         return w
 
     first, second = request([7] * 100), request([8] * 100)

@@ -16,14 +16,14 @@ from app.routing.router import Router
 from app.settings import Settings
 
 
-def queued(controller: AdmissionController, tokens: int, **fields: object) -> Waiter:
-    """A request put in the queue as ``admit`` puts it, its future as handle."""
+def queued(
+    controller: AdmissionController, tokens: int, **fields: object
+) -> "asyncio.Future[Reservation]":
+    """A request put in the queue as ``admit`` puts it; done when admitted."""
     waiter = Waiter("t", "normal", tokens, arrival=asyncio.get_running_loop().time(), **fields)  # type: ignore[arg-type]
     waiter.deadline = waiter.arrival + 30
     waiter.model = "m"
-    waiter.handle = asyncio.get_running_loop().create_future()
-    controller.policy.enqueue(waiter, waiter.arrival)
-    return waiter
+    return controller.enqueue(waiter)
 
 
 async def test_a_request_waiting_for_its_prefixs_engine_is_admitted_when_its_wait_ends() -> None:
@@ -44,14 +44,10 @@ async def test_a_request_waiting_for_its_prefixs_engine_is_admitted_when_its_wai
     filler = queued(controller, 1000, prompt=prompt)
     held = queued(controller, 100, prompt=prompt, affinity=7)
     controller.on_engine_change("e0")
-    assert isinstance(filler.handle, asyncio.Future)
-    assert isinstance(held.handle, asyncio.Future)
-    first = await asyncio.wait_for(filler.handle, 1)
-    assert isinstance(first, Reservation)
+    first = await asyncio.wait_for(filler, 1)
     assert first.engine == "e0"
-    assert not held.handle.done()
-    reservation = await asyncio.wait_for(held.handle, 5)
-    assert isinstance(reservation, Reservation)
+    assert not held.done()
+    reservation = await asyncio.wait_for(held, 5)
     assert reservation.engine == "e1"
     assert reservation.choice is not None
     assert reservation.choice.waited_for == "e0"

@@ -3,15 +3,26 @@ the same, except under another prefix-cache salt, as in vLLM's cache."""
 
 from app.owned_fields import CacheScope
 from app.routing.prefix_key import (
+    AFFINITY_CHUNKS,
     AFFINITY_TOKENS,
     CHUNK_CHARS,
-    affinity_of,
+    PIECE_TOKENS,
+    PREFIX_PIECES,
+    PromptKeys,
     prefix_chain,
-    prompt_blocks,
+    prompt_keys,
 )
 from app.validation import CompletionJob, Limits, check_request
 
 TEXT = "shared system prompt " * 200
+
+
+def keys(job: CompletionJob) -> PromptKeys:
+    return prompt_keys(job, lambda chars: chars // 4)
+
+
+def affinity_of(job: CompletionJob) -> int | None:
+    return keys(job).affinity
 
 
 def job(text: str, scope: CacheScope | None) -> CompletionJob:
@@ -46,8 +57,27 @@ def test_a_prompt_of_token_ids_is_keyed_by_its_first_ids_and_its_salt() -> None:
     assert affinity_of(a) == affinity_of(b)
     assert affinity_of(ids_job([5, *start])) != affinity_of(a)
     assert affinity_of(ids_job(start, CacheScope("t"))) != affinity_of(a)
-    blocks = prompt_blocks(ids_job(start, CacheScope("t")))
+    blocks = keys(ids_job(start, CacheScope("t"))).blocks
     assert blocks is not None
     assert blocks.ids == tuple(start)
     assert blocks.salt is not None
-    assert prompt_blocks(job(TEXT, None)) is None
+    assert keys(job(TEXT, None)).blocks is None
+
+
+def test_a_texts_routing_key_is_a_link_of_its_prefix_chain() -> None:
+    """One chain serves both: the routing key is its link after
+    AFFINITY_CHUNKS pieces, the pieces go on to PREFIX_PIECES with the
+    tokens estimated up to the end of each."""
+    text = "x" * (CHUNK_CHARS * (PREFIX_PIECES + 3))
+    made = keys(job(text, CacheScope("a")))
+    chain = prefix_chain(text, PREFIX_PIECES, job(text, CacheScope("a")).cache_salt)
+    assert made.affinity == chain[AFFINITY_CHUNKS - 1]
+    assert [piece for piece, _ in made.pieces] == list(chain)
+    assert made.pieces[0][1] == CHUNK_CHARS // 4
+    short = keys(job(TEXT[: CHUNK_CHARS * 3], None))
+    assert short.affinity == prefix_chain(TEXT, 3)[-1]
+
+
+def test_a_prompt_of_ids_is_pieced_by_counted_tokens() -> None:
+    made = keys(ids_job(list(range(PIECE_TOKENS * 2 + 5))))
+    assert [tokens for _, tokens in made.pieces] == [PIECE_TOKENS, PIECE_TOKENS * 2]

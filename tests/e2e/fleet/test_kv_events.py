@@ -23,7 +23,7 @@ from app.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
 from app.routing.block_index import BlockIndex, PromptBlocks
 from app.routing.prefix import PrefixAffinity
-from app.routing.prefix_key import affinity_of
+from app.routing.prefix_key import prompt_keys
 from app.validation import Limits, check_request
 from tests.support.engines import KV_EVENTS, MODEL, Engine, kv_events_port
 from tests.support.gateways import Gateway, StartGateway
@@ -46,7 +46,8 @@ def prompt_preferring(engine: Engine, fleet: list[Engine], seed: int) -> list[in
     while True:
         ids = [rng.randrange(10, 1000) for _ in range(PROMPT_TOKENS)]
         body = {"model": MODEL, "prompt": ids}
-        key = affinity_of(check_request("completions", body, {MODEL: None}, Limits(4, 4), "1.1"))
+        job = check_request("completions", body, {MODEL: None}, Limits(4, 4), "1.1")
+        key = prompt_keys(job, lambda chars: chars).affinity
         choice = PrefixAffinity().choose(key, loads)
         if choice is not None and choice.engine == engine.url:
             return ids
@@ -179,7 +180,8 @@ async def test_a_chat_the_gateway_counted_goes_to_the_engine_that_holds_it(
         messages = chat(seed)
         ids = await chat_ids(idle_engine, messages)
         as_ids = {"model": MODEL, "prompt": ids}
-        key = affinity_of(check_request("completions", as_ids, {MODEL: None}, Limits(4, 4), "1.1"))
+        job = check_request("completions", as_ids, {MODEL: None}, Limits(4, 4), "1.1")
+        key = prompt_keys(job, lambda chars: chars).affinity
         preferred = PrefixAffinity().choose(key, loads)
         if preferred is not None and preferred.engine == second.url:
             break

@@ -1,0 +1,43 @@
+"""An admitted request's reservation on one engine, given back exactly once.
+
+The flight holds it through the ``Hold`` protocol (``app.admission.base``);
+giving it back carries what a completed request used, which the policy
+learns its overcommit from.
+"""
+
+from collections.abc import Callable
+
+from app.admission.base import AdmissionRequest
+from app.admission.budget import Reservation
+from app.record import RequestRecord
+from app.routing.base import Choice
+
+# Gives a reservation back, with (prompt, output) tokens a completed request used.
+GiveBack = Callable[[Reservation, tuple[int, int] | None], None]
+
+
+class KvHold:
+    def __init__(
+        self, give_back: GiveBack, reservation: Reservation, request: AdmissionRequest
+    ) -> None:
+        self._give_back = give_back
+        self.reservation = reservation
+        self._request = request
+
+    @property
+    def engine(self) -> str:
+        return self.reservation.engine
+
+    @property
+    def choice(self) -> Choice | None:
+        return self.reservation.choice
+
+    def release(self, record: RequestRecord) -> None:
+        if self.reservation.released:
+            return
+        used = None
+        if record.outcome == "completed" and record.completion_tokens is not None:
+            request = self._request
+            prompt = (record.prompt_tokens or request.demand.prompt_tokens) * request.job.n
+            used = (prompt, record.completion_tokens)
+        self._give_back(self.reservation, used)
