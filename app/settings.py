@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     # Sequences admitted at once, whatever the KV budget (set it to the
     # engine's --max-num-seqs or a little above).
     max_concurrency: int = Field(256, ge=1)
+    # Most sequences admitted beyond an engine's cap (max_concurrency or its
+    # learned --max-num-seqs) to wait in the engine's own queue, so that a
+    # freed slot is refilled without a round trip; the lead grows only while
+    # slots sit empty with requests queued here (app/admission/refill.py).
+    refill_lead_max: int = Field(16, ge=0)
     # Most of the KV budget (and of max_concurrency) one request is charged,
     # so that no single request can hold admission up until the engine empties.
     max_request_share: float = Field(0.5, gt=0, le=1)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.admission.fairqueue import Waiter
+from app.admission.refill import RefillLead
 from app.engine.view import EngineView, FixedView
 from app.routing.base import Choice, EngineLoad
 from app.settings import default
@@ -27,6 +28,9 @@ class BudgetConfig:
     prefix_aware: bool = default("prefix_aware_demand")
     # Sequences admitted at once while the KV capacity is unknown.
     unknown_capacity_sequences: int = default("fallback_max_sequences")
+    # Most sequences admitted beyond the engine's cap to wait in its own
+    # queue, so that a freed slot is refilled at once (``app.admission.refill``).
+    max_lead: int = default("refill_lead_max")
     min_factor: float = 0.9
     max_factor: float = default("overcommit_max")
     initial_factor: float = default("overcommit_initial")
@@ -81,6 +85,7 @@ class EngineBudget:
         self._hold = 0
         self._capped_ticks = 0
         self._capped_running = 0.0
+        self.refill = RefillLead(config.max_lead)
 
     @property
     def up(self) -> bool:
@@ -117,13 +122,22 @@ class EngineBudget:
         return math.floor(usable * self.factor * self.share)
 
     @property
-    def max_sequences(self) -> int:
+    def engine_cap(self) -> int:
+        """The sequences the engine runs at once, as far as admission knows:
+        ``max_sequences`` without the refill lead."""
         cap = self.config.max_sequences
         if self.sequence_cap is not None:
             cap = min(cap, self.sequence_cap)
         if self.budget_blocks is None:
             cap = min(cap, self.config.unknown_capacity_sequences)
-        return max(1, math.floor(cap * self.share))
+        return cap
+
+    @property
+    def max_sequences(self) -> int:
+        """Sequences admitted here at once: the engine's cap and the refill
+        lead (none while the KV capacity is unknown), this replica's share."""
+        lead = self.refill.lead if self.budget_blocks is not None else 0
+        return max(1, math.floor((self.engine_cap + lead) * self.share))
 
     def status(self) -> dict[str, Any]:
         """What an operator reads of this budget (``/status``), in tokens."""
@@ -137,6 +151,7 @@ class EngineBudget:
             "other_replicas_reserved_tokens": self.others_blocks * block,
             "share": round(self.share, 3),
             "learned_sequence_cap": self.sequence_cap,
+            "refill_lead": self.refill.lead,
             "max_sequences": self.max_sequences,
             "in_flight": self.in_flight,
             "running_sequences": self.running_sequences,
@@ -249,8 +264,11 @@ class EngineBudget:
             self._calm_ticks = 0
             self.factor = max(config.min_factor, min(ceiling, self.factor + config.step))
 
-    def observe_queue(self, running: float, waiting: float, kv_usage: float) -> None:
-        """Learn the engine's own sequence cap: requests waiting in the
+    def observe_queue(
+        self, running: float, waiting: float, kv_usage: float, queued: bool = False
+    ) -> None:
+        """Keep the refill lead (``queued``: requests wait in the gateway's
+        queue), and learn the engine's own sequence cap: requests waiting in the
         engine for several ticks while its KV cache has room and what it runs
         stays level means it runs all it may (``--max-num-seqs``); what it
         runs then is the cap, so admission keeps the excess in the gateway's
@@ -258,6 +276,10 @@ class EngineBudget:
         a burst in (prefill is paced per step) and the wait says nothing of
         its cap: learning then would cap the engine low for good, since the
         gateway's queue keeps the engine's own empty from then on."""
+        if self.budget_blocks is not None:
+            cap = math.floor(self.engine_cap * self.share)
+            at_cap = self.running_sequences + self.others_sequences >= self.max_sequences
+            self.refill.observe(cap, running, waiting, queued=queued, at_cap=at_cap)
         # Not right after a preemption: preempted requests wait too.
         calm = self._hold == 0
         if calm and waiting > 0 and running > 0 and kv_usage < self.config.headroom:

@@ -223,7 +223,8 @@ class AdmissionController:
             budget.hold_at_floor()
         else:
             self.policy.observe_engine(engine, stats.preemptions_total, stats.kv_usage)
-            budget.observe_queue(stats.running, stats.waiting, stats.kv_usage)
+            queued = self.policy.queued > 0
+            budget.observe_queue(stats.running, stats.waiting, stats.kv_usage, queued)
         self._dispatch.dispatch()
 
     def forget_engine(self, engine: str) -> None:
