@@ -35,6 +35,8 @@ class Call:
     events: int = 0
     gaps: list[float] = field(default_factory=list)
     retry_after: float | None = None
+    # A refusal's error code (the gateway's ``error.code``), when it said one.
+    error_code: str = ""
     request_id: str = ""
     user: int = 0
     label: str = ""
@@ -85,7 +87,7 @@ class Client:
             async with self.session.post(self.base_url + path, json=payload, headers=hdrs) as resp:
                 call.status = resp.status
                 if resp.status != 200:
-                    await resp.read()
+                    call.error_code = _error_code(await resp.read())
                     call.retry_after = _retry_after(resp.headers.get("retry-after"))
                     call.finished = time.perf_counter()
                     return call
@@ -142,6 +144,14 @@ class Client:
 def _with_id(call: Call, headers: dict[str, str] | None) -> dict[str, str]:
     call.request_id = uuid.uuid4().hex
     return {"X-Request-Id": call.request_id, **(headers or {})}
+
+
+def _error_code(body: bytes) -> str:
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return ""
+    return str(error.get("code") or "") if isinstance(error, dict) else ""
 
 
 def _retry_after(value: str | None) -> float | None:

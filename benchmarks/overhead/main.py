@@ -86,7 +86,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--overload-users", type=int, default=256)
     p.add_argument("--overload-max-tokens", type=int, default=256)
     p.add_argument("--overload-seconds", type=float, default=45.0)
-    p.add_argument("--overload-repeats", type=int, default=1)
+    p.add_argument("--overload-repeats", type=int, default=3)
+    p.add_argument(
+        "--overload-clients",
+        type=choices(("honour", "immediate")),
+        default=["honour", "immediate"],
+        help="a refused user comes back after Retry-After (honour) or at once (immediate)",
+    )
+    p.add_argument(
+        "--overload-warm",
+        action="store_true",
+        help="keep each gateway running across cells (default: a fresh gateway per cell,"
+        " as a user's first overload meets it)",
+    )
     p.add_argument("--overload-targets", type=choices(TARGETS), default=list(TARGETS[:4]))
     p.add_argument("--vllm-bench-prompts", type=int, default=320)
     p.add_argument("--vllm-bench-concurrency", type=int, default=32)

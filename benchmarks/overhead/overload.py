@@ -1,9 +1,20 @@
 """Overload: many more closed-loop streaming users than the engine runs at
-once, against every target: served TTFT, 429s, and where the excess waits —
-the engine's ``vllm:num_requests_waiting`` against the gateway's
-``gateway_queue_depth``, both sampled every second."""
+once, against every target: throughput, served TTFT, 429s and whether they
+were true, and where the excess waits — the engine's
+``vllm:num_requests_waiting`` and ``vllm:num_requests_running`` against the
+gateway's ``gateway_queue_depth``, all sampled every second.
+
+Two clients: one that honours ``Retry-After`` (comes back when told), and
+one that comes back at once, as many real clients do. Every gateway is
+fresh for each cell (``--overload-warm`` keeps them): a burst on a gateway
+that learned nothing yet is the case users meet first. Figures are counted
+from t=0 (the burst's start), and also after the first seconds (settled).
+A refusal is checked after the fact: did the user that honoured its
+``Retry-After`` get admitted when it came back?"""
 
 import argparse
+from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
 from benchmarks.harness import Call, Client, closed_loop, num, q, tokens_within
@@ -12,27 +23,49 @@ from benchmarks.overhead.targets import GATEWAYS, NAMES, OverheadBench
 
 ENGINE_SERIES = ("vllm:num_requests_waiting", "vllm:num_requests_running")
 GATEWAY_SERIES = ("gateway_queue_depth", "gateway_requests_in_flight")
+# Refusals within this long of the start are the burst's.
+EARLY_S = 5.0
 
 
 async def run_overload(bench: OverheadBench, args: argparse.Namespace) -> list[dict[str, Any]]:
     targets = [t for t in args.overload_targets if t in bench.targets]
     results = []
     for repeat in range(args.overload_repeats):
-        for target in rotated(targets, repeat):
-            r = await overload_once(bench, args, target, repeat)
-            results.append(r)
-            print(
-                f"  {bench.layout}, overload {NAMES[target]:<24} served {r['served']}/{r['sent']}"
-                f"  429 {r['rejected_429']}  TTFT p99 {num(r['ttft_p99'], 2)} s"
-                f"  engine waiting max {num(r['engine_waiting_max'])}"
-                f"  gateway queue max {num(r['gateway_queue_max'])}",
-                flush=True,
-            )
+        for client in args.overload_clients:
+            for target in rotated(targets, repeat):
+                if target in GATEWAYS and not args.overload_warm:
+                    bench.restart(target)
+                r = await overload_once(bench, args, target, repeat, client)
+                results.append(r)
+                print(
+                    f"  {bench.layout}, overload round {repeat} {client:<9}"
+                    f" {NAMES[target]:<30} {num(r['tokens_per_s_all'])} tok/s"
+                    f"  served {r['served']}/{r['sent']}  429 {r['rejected_429']}"
+                    f" (early {r['rejected_early']}, Retry-After max"
+                    f" {num(r['retry_after_max'], 1)})  TTFT p99 {num(r['ttft_p99_all'], 2)} s"
+                    f"  engine running {num(r['engine_running_mean'], 1)}",
+                    flush=True,
+                )
     return results
 
 
+def came_back(calls: list[Call]) -> tuple[int, int]:
+    """Of the refusals followed by another call of the same user, how many
+    such next calls were admitted (status 200)."""
+    by_user: dict[int, list[Call]] = defaultdict(list)
+    for c in sorted(calls, key=lambda c: c.started):
+        by_user[c.user].append(c)
+    returned = admitted = 0
+    for own in by_user.values():
+        for refused, after in pairwise(own):
+            if refused.status == 429:
+                returned += 1
+                admitted += after.status == 200
+    return returned, admitted
+
+
 async def overload_once(
-    bench: OverheadBench, args: argparse.Namespace, target: str, repeat: int
+    bench: OverheadBench, args: argparse.Namespace, target: str, repeat: int, client_kind: str
 ) -> dict[str, Any]:
     url = bench.url(target)
     async with Client(url) as client:
@@ -48,32 +81,54 @@ async def overload_once(
         async with bench.measure(
             client, (PREEMPTIONS,), sampled=sampled, series=ENGINE_SERIES + GATEWAY_SERIES
         ) as window:
-            calls = await closed_loop(args.overload_users, args.overload_seconds, one)
+            calls = await closed_loop(
+                args.overload_users,
+                args.overload_seconds,
+                one,
+                retry_after=client_kind == "honour",
+            )
+    t0 = window.started
     settle = min(5.0, args.overload_seconds / 5)
-    start, end = window.started + settle, window.started + args.overload_seconds
+    start, end = t0 + settle, t0 + args.overload_seconds
     served = [c for c in calls if c.status == 200]
+    refused = [c for c in calls if c.status == 429]
     ttfts = [t for c in served if c.started >= start and (t := c.ttft) is not None]
+    ttfts_all = [t for c in served if (t := c.ttft) is not None]
     waiting = window.series("engine", "vllm:num_requests_waiting", start, end)
     running = window.series("engine", "vllm:num_requests_running", start, end)
+    running_all = window.series("engine", "vllm:num_requests_running", t0, end)
     queue = window.series("gateway", "gateway_queue_depth", start, end)
+    returned, admitted = came_back(calls)
 
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
+    codes: dict[str, int] = defaultdict(int)
+    for c in refused:
+        codes[c.error_code or "?"] += 1
     return {
         "layout": bench.layout,
         "target": target,
         "repeat": repeat,
+        "client": client_kind,
         "sent": len(calls),
         "served": len(served),
-        "rejected_429": sum(1 for c in calls if c.status == 429),
+        "rejected_429": len(refused),
+        "rejected_early": sum(1 for c in refused if c.started - t0 < EARLY_S),
+        "rejected_by_code": dict(codes),
+        "retry_after_max": max((c.retry_after or 0.0 for c in refused), default=None),
+        "came_back": returned,
+        "came_back_admitted": admitted,
         "other_errors": sum(1 for c in calls if c.status not in (200, 429)),
         "tokens_per_s": tokens_within(served, start, end) / (end - start),
+        "tokens_per_s_all": tokens_within(served, t0, end) / (end - t0),
         "ttft_p50": q(ttfts, 0.5),
         "ttft_p99": q(ttfts, 0.99),
+        "ttft_p99_all": q(ttfts_all, 0.99),
         "engine_waiting_mean": mean(waiting),
         "engine_waiting_max": max(waiting) if waiting else None,
         "engine_running_mean": mean(running),
+        "engine_running_mean_all": mean(running_all),
         "gateway_queue_mean": mean(queue),
         "gateway_queue_max": max(queue) if queue else None,
         "preemptions": window.delta(PREEMPTIONS),

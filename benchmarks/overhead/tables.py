@@ -66,36 +66,74 @@ def rows_table(agg: list[dict[str, Any]]) -> str:
     return table(headers, body)
 
 
+def spread(values: list[float]) -> dict[str, float] | None:
+    """The median and range of ``values`` (None: none)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {"median": median, "min": ordered[0], "max": ordered[-1]}
+
+
 def overload_table(results: list[dict[str, Any]]) -> str:
+    """Per client and target, over the rounds: throughput from t=0 paired
+    with vLLM direct's in the same round (direct's own row: its rounds'
+    spread around their median, the noise band), served and refused, the
+    refusals' truth (the burst's, Retry-After, admitted when come back),
+    TTFT p99 from t=0, the engine's running count."""
     headers = [
+        "client",
         "target",
-        "served/sent",
-        "429s",
-        "other errors",
-        "tok/s",
-        "served TTFT p50 s",
-        "served TTFT p99 s",
-        "engine waiting mean/max",
-        "gateway queue mean/max",
+        "tok/s from t=0",
+        "× direct (same round)",
+        "served / 429 (first 5 s)",
+        "Retry-After max s",
+        "came back → admitted",
+        "TTFT p99 s, from t=0 / settled",
         "engine running mean",
         "preempt",
     ]
-    body = []
+    direct = {
+        (r["client"], r["repeat"]): r["tokens_per_s_all"]
+        for r in results
+        if r["target"] == "direct"
+    }
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
-        queue = f"{num(r['gateway_queue_mean'], 1)} / {num(r['gateway_queue_max'])}"
+        cells.setdefault((r.get("client", "honour"), r["target"]), []).append(r)
+    body = []
+    for (client, target), rounds in cells.items():
+        if target == "direct":
+            values = [r["tokens_per_s_all"] for r in rounds]
+            med = spread(values)
+            ratios = [v / med["median"] for v in values] if med and med["median"] else []
+        else:
+            ratios = [
+                r["tokens_per_s_all"] / base
+                for r in rounds
+                if (base := direct.get((client, r["repeat"])))
+            ]
+        tps = spread([r["tokens_per_s_all"] for r in rounds])
+        p99 = spread([r["ttft_p99_all"] for r in rounds if r["ttft_p99_all"] is not None])
+        settled = spread([r["ttft_p99"] for r in rounds if r["ttft_p99"] is not None])
+        running = spread([r["engine_running_mean"] for r in rounds if r["engine_running_mean"]])
+        back = sum(r.get("came_back", 0) for r in rounds)
+        back_ok = sum(r.get("came_back_admitted", 0) for r in rounds)
+        retry = [r["retry_after_max"] for r in rounds if r.get("retry_after_max") is not None]
         body.append(
             [
-                NAMES[r["target"]],
-                f"{r['served']}/{r['sent']}",
-                str(r["rejected_429"]),
-                str(r["other_errors"]),
-                num(r["tokens_per_s"]),
-                num(r["ttft_p50"], 2),
-                num(r["ttft_p99"], 2),
-                f"{num(r['engine_waiting_mean'], 1)} / {num(r['engine_waiting_max'])}",
-                queue if r["gateway_queue_max"] is not None else "-",
-                num(r["engine_running_mean"], 1),
-                num(r["preemptions"]),
+                client,
+                NAMES[target],
+                spread_text(tps, 0),
+                spread_text(spread(ratios), 2),
+                f"{sum(r['served'] for r in rounds)} / {sum(r['rejected_429'] for r in rounds)}"
+                f" ({sum(r.get('rejected_early', 0) for r in rounds)})",
+                num(max(retry), 1) if retry else "-",
+                f"{back_ok} of {back}" if back else "-",
+                f"{spread_text(p99, 2)} / {spread_text(settled, 2)}",
+                spread_text(running, 1),
+                num(sum(r["preemptions"] or 0 for r in rounds)),
             ]
         )
     return table(headers, body)
@@ -164,8 +202,10 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
         if "overload" in data:
             parts.append(
                 f"Overload, {where}. {args.overload_users} closed-loop users, max_tokens"
-                f" {args.overload_max_tokens}, {args.overload_seconds:g} s, engine"
-                f" --max-num-seqs {args.max_num_seqs}\n\n" + overload_table(data["overload"])
+                f" {args.overload_max_tokens}, {args.overload_seconds:g} s,"
+                f" {args.overload_repeats} rounds, engine --max-num-seqs {args.max_num_seqs};"
+                f" {'warm' if args.overload_warm else 'a fresh'} gateway per cell; medians"
+                " of the rounds (min–max)\n\n" + overload_table(data["overload"])
             )
         if "vllm_bench" in data:
             parts.append(

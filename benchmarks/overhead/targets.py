@@ -21,7 +21,17 @@ from benchmarks.harness import (
 from deploy.local import ROOT
 from loadtests.prompts import PromptFactory
 
-TARGETS = ("direct", "router", "off", "on", "before", "traced", "tokenizer", "estimate")
+TARGETS = (
+    "direct",
+    "router",
+    "off",
+    "on",
+    "before",
+    "traced",
+    "tokenizer",
+    "estimate",
+    "makeup",
+)
 NAMES = {
     "direct": "vLLM direct",
     "router": "vllm-router",
@@ -35,6 +45,9 @@ NAMES = {
     # (``on`` asks the engine's /tokenize, the default), or estimated.
     "tokenizer": "gateway, adm. on, own tokenizer",
     "estimate": "gateway, adm. on, estimated",
+    # As `make up` configures it: the model's tokenizer files, the sequence
+    # cap set to the engine's --max-num-seqs.
+    "makeup": "gateway as `make up` sets it",
 }
 LAYOUTS = ("unpinned", "pinned")
 GATEWAYS = {
@@ -48,6 +61,9 @@ GATEWAYS = {
         "GATEWAY_TOKENIZER_DIR": str(ROOT / os.environ.get("ENGINE_MODEL_DIR", ".models/tiny")),
     },
     "estimate": {"GATEWAY_PROMPT_TOKENS": "estimate"},
+    "makeup": {
+        "GATEWAY_TOKENIZER_DIR": str(ROOT / os.environ.get("ENGINE_MODEL_DIR", ".models/tiny")),
+    },
 }
 
 
@@ -91,6 +107,7 @@ class OverheadBench(Bench):
         self.proxies: dict[str, Service] = {}
         self.backend: Service | None = None
         self.prompts = PromptFactory(seed=args.seed)
+        self._traces: dict[str, str] = {}
 
     def start(self) -> None:
         args = self.args
@@ -104,7 +121,6 @@ class OverheadBench(Bench):
             )
         ]
         wait_ready(self.engines)
-        extra = dict(kv.split("=", 1) for kv in args.gateway_env)
         traces: dict[str, str] = {}
         if "traced" in self.targets:
             backend = self.procs.trace_backend(f"traces-{self.layout}")
@@ -113,20 +129,36 @@ class OverheadBench(Bench):
             # The SDK's defaults otherwise: every request sampled, batches of
             # up to 512 spans every 5 s.
             traces = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": f"{backend.url}/v1/traces"}
-        for target, env in GATEWAYS.items():
+        self._traces = traces
+        for target in GATEWAYS:
             if target in self.targets:
-                env = {**env, **traces} if target == "traced" else env
-                src = args.before_src if target == "before" else args.gateway_src
-                self.proxies[target] = self.procs.gateway(
-                    f"gateway-{target}-{self.layout}",
-                    {"GATEWAY_UPSTREAM_URL": self.engine.url, **env, **extra},
-                    Path(src),
-                )
+                self.proxies[target] = self._gateway(target)
         if "router" in self.targets:
             self.proxies["router"] = self.procs.router(
                 f"router-{self.layout}", [self.engine.url], args.router_args.split()
             )
         wait_ready(self.proxies.values(), timeout=120)
+
+    def _gateway(self, target: str) -> Service:
+        args = self.args
+        env = GATEWAYS[target]
+        if target == "traced":
+            env = {**env, **self._traces}
+        if target == "makeup":
+            env = {**env, "GATEWAY_MAX_CONCURRENCY": str(args.max_num_seqs)}
+        extra = dict(kv.split("=", 1) for kv in args.gateway_env)
+        src = args.before_src if target == "before" else args.gateway_src
+        return self.procs.gateway(
+            f"gateway-{target}-{self.layout}",
+            {"GATEWAY_UPSTREAM_URL": self.engine.url, **env, **extra},
+            Path(src),
+        )
+
+    def restart(self, target: str) -> None:
+        """A fresh gateway for ``target`` (nothing learned, nothing booked)."""
+        self.procs.stop(self.proxies[target])
+        self.proxies[target] = self._gateway(target)
+        wait_ready([self.proxies[target]], timeout=120)
 
     def stop(self) -> None:
         """Stop this layout's processes (the next layout starts its own)."""
