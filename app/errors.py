@@ -59,6 +59,7 @@ REJECTION_REASONS = (
     "forbidden",
     "rate_limited",
     "queue_full",
+    "queue_forecast",
     "queue_timeout",
     "overloaded",
     "unavailable",

@@ -39,8 +39,9 @@ REJECTION_REASONS = (
     " `body_timeout` (body not received in time), `engine_invalid` (the engine's own 4xx),"
     " `slow_reader` (a stream's client stopped reading). Its key: `unauthorized` (missing or"
     " unknown key), `forbidden` (a priority the key may not use), `rate_limited` (the key's"
-    " limits). Capacity: `queue_full`, `queue_timeout`, `unavailable` (no engine up),"
-    " `overloaded` (too many requests being received), `draining`."
+    " limits). Capacity: `queue_full` (the queue at its depth or bytes), `queue_forecast`"
+    " (a predicted wait longer than the queue's deadline), `queue_timeout`, `unavailable`"
+    " (no engine up), `overloaded` (too many requests being received), `draining`."
 )
 
 Query = tuple[str, str]  # (PromQL, legend)
@@ -620,7 +621,7 @@ def degradation_dashboard() -> dashboard.Dashboard:
                 "Capacity refusals",
                 [
                     (
-                        f'sum by (reason) (rate(gateway_rejections_total{{reason=~"queue_full|queue_timeout"}}[{RATE}]))',
+                        f'sum by (reason) (rate(gateway_rejections_total{{reason=~"queue_full|queue_forecast|queue_timeout"}}[{RATE}]))',
                         "{{reason}}",
                     )
                 ],

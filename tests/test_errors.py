@@ -64,8 +64,13 @@ def _subclasses(cls: type[GatewayError]) -> list[type[GatewayError]]:
 def test_every_rejection_reason_has_its_series_from_the_start() -> None:
     classes = [c for c in _subclasses(GatewayError) if c is not OverCapacity]
     rejected = {c.reason for c in classes if c.outcome == "rejected"}
-    # Set per instance: capacity's two reasons, an engine's own 4xx.
-    rejected |= {"queue_full", "queue_timeout", EngineStatusError(400, b"").reason}
+    # Set per instance: capacity's three reasons, an engine's own 4xx.
+    rejected |= {
+        "queue_full",
+        "queue_forecast",
+        "queue_timeout",
+        EngineStatusError(400, b"").reason,
+    }
     assert rejected == set(REJECTION_REASONS)
     registry = GatewayMetrics().registry
     series = {

@@ -92,15 +92,17 @@ waits by choice for the engine holding its prompt (``affinity_wait``,
 a bounded time, after which it is placed where it fits like any other.
 
 *Refusing early, and Retry-After.* A new request whose predicted wait is
-longer than the queue's deadline is refused at once rather than after it,
-and so is any request beyond the queue's maximum depth — unless the order
-would admit it at once (nothing before it waits, an engine has room). How
-the wait is predicted, and what a refused client is told, is
+longer than the queue's deadline is refused at once rather than after it
+(``queue_forecast``) — unless the order would admit it at once (nothing
+before it waits, an engine has room) — and so is any request beyond the
+queue's maximum depth or bytes (``queue_full``). How the wait is predicted,
+when the prediction may refuse, and what a refused client is told, is
 ``app.admission.forecast``.
 """
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
@@ -170,6 +172,7 @@ class AdmissionPolicy:
         self.queue = FairQueue()
         self.forecast = Forecast(
             self.queue,
+            max_wait=self.config.max_wait,
             max_retry_after=self.config.max_retry_after,
             cold_turnover=self.config.cold_turnover,
         )
@@ -215,26 +218,31 @@ class AdmissionPolicy:
 
     def enqueue(self, waiter: Waiter, now: float, *, front: bool = False) -> None:
         """Queue a request, or raise ``QueueFull`` if the queue is at its
-        depth or its bytes, or the predicted wait is longer than the
-        deadline (unless it would be admitted at once). ``front``: a retry,
-        which already waited its turn."""
+        depth or its bytes (``queue_full``), or the predicted wait is longer
+        than the deadline (``queue_forecast``; not if it would be admitted
+        at once). ``front``: a retry, which already waited its turn."""
         if not front:
-            wait = self.forecast.wait(waiter.priority, waiter.tokens, waiter.tenant)
-            if (
-                self.queued >= self.config.max_queue_depth
-                or self.queue.size + waiter.size > self.config.max_queue_bytes
-                or (
-                    wait is not None
-                    and wait > self.config.max_wait
-                    and not self._admitted_at_once(waiter)
-                )
-            ):
-                raise QueueFull(
-                    self.retry_after(now, waiter.tokens, waiter.tenant, waiter.priority)
-                )
+            self._refuse_if_full(waiter, now)
         waiter.round = self._round
         self.queue.add(waiter, front=front)
-        self.forecast.drain.tick(now, backlog=True)
+        self.forecast.drain.tick(now, backlog=True, in_flight=self.in_flight)
+
+    def _refuse_if_full(self, waiter: Waiter, now: float) -> None:
+        config, w, forecast = self.config, waiter, self.forecast
+        forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
+        told = partial(forecast.retry_after, now, self.capacity_tokens, w.tokens, w.tenant)
+        if (
+            self.queued >= config.max_queue_depth
+            or self.queue.size + w.size > config.max_queue_bytes
+        ):
+            raise QueueFull(told(w.priority))
+        wait = forecast.wait(w.priority, w.tokens, w.tenant)
+        if wait is not None and wait > config.max_wait and not self._admitted_at_once(w):
+            raise QueueFull(
+                told(w.priority, may_queue=True),
+                reason="queue_forecast",
+                message="the gateway's queue would not admit this request within its deadline",
+            )
 
     def _admitted_at_once(self, waiter: Waiter) -> bool:
         """Nothing the order admits before it waits, and an engine has room
@@ -293,7 +301,7 @@ class AdmissionPolicy:
             full_models.add(waiter.model)
         # The end of a dispatch round.
         self.wait_ends = min((w.arrival + self.config.affinity_wait for w in passed), default=None)
-        self.forecast.drain.tick(now, backlog=self.queued > 0)
+        self.forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         self._round += 1
         return None, expired
 
@@ -378,7 +386,7 @@ class AdmissionPolicy:
     ) -> float:
         """Seconds a refused request of ``tokens`` should wait before coming
         back; books that time for ``tenant`` (``Forecast.retry_after``)."""
-        self.forecast.drain.tick(now, backlog=self.queued > 0)
+        self.forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         return self.forecast.retry_after(now, self.capacity_tokens, tokens, tenant, priority)
 
     # --- for tests and invariants --------------------------------------------

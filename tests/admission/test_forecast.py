@@ -1,18 +1,23 @@
-"""Admission's forecast (``app.admission.forecast``): the Retry-After a
-client refused for capacity is told is when it will be admitted. On the
-policy alone, and in-process (``tests.support.retry_after``) in front of a
-scripted engine, where a client that waits the time it is told is admitted
-and one that comes back well before (at a third of it) is not: the test
-decides when each request the engine runs ends, so the scenario is fixed.
-Time is the real clock's, with a second or more to spare wherever a busy
-machine could stretch a sleep."""
+"""Admission's forecast (``app.admission.forecast``): when the drain rate
+counts as measured, and the Retry-After a client refused for capacity is
+told is when it will be admitted. On the policy alone, and in-process
+(``tests.support.retry_after``) in front of a scripted engine, where a
+client that waits the time it is told is admitted and one that comes back
+well before (at a third of it) is not: the test decides when each request
+the engine runs ends, so the scenario is fixed. Time is the real clock's,
+with a second or more to spare wherever a busy machine could stretch a
+sleep."""
 
 import asyncio
+import heapq
+import itertools
+import random
 import time
 
 import pytest
 
-from app.admission.policy import QueueFull
+from app.admission.forecast import DrainRate
+from app.admission.policy import QueueFull, Reservation
 from tests.admission.test_policy import (
     add,
     admit,
@@ -34,7 +39,9 @@ BLOCKER = {"model": MODEL, "prompt": [11, 12, 13, 14], "max_tokens": 36}
 
 # 1.75 times a blocker's tokens: at the rate the queue drains, a wait of
 # 1.75 × 3.6 = 6.3 s, longer than the deadline, so refused at once and told
-# 7 s; in fact it fits as soon as the running blocker ends, within 3.6 s.
+# the deadline's 5 s (its own tokens alone outlast the deadline: it is
+# admitted only by finding room, so it is told its whole wait, capped); in
+# fact it fits as soon as the running blocker ends, within 3.6 s.
 LARGE = {**BLOCKER, "max_tokens": 66}
 
 # Between a blocker's wait behind another (3.6 s) and LARGE's (6.3 s).
@@ -44,8 +51,9 @@ QUEUE_TIMEOUT = 4.95
 def test_a_request_the_order_admits_at_once_is_not_refused_for_a_predicted_wait() -> None:
     """Drained at 100 tokens/s (one 100-token request a second), a
     400-token request is predicted to wait 4 s, past a 3 s deadline: refused
-    while a request runs, admitted once the engine is free — else the
-    Retry-After it was told would never come true."""
+    while a request runs (told its whole wait, capped at the deadline: its
+    own tokens alone outlast it), admitted once the engine is free — else
+    the Retry-After it was told would never come true."""
     p = policy(blocks=10, block_size=100, max_sequences=1, max_wait=3.0)
     add(p, waiter(tokens=100))
     (running,) = admit_all(p)
@@ -59,7 +67,8 @@ def test_a_request_the_order_admits_at_once_is_not_refused_for_a_predicted_wait(
     assert p.forecast.rate() == pytest.approx(100, rel=0.05)
     with pytest.raises(QueueFull) as refused:
         add(p, waiter(tokens=400, at=3))
-    assert refused.value.retry_after == pytest.approx(4.0, rel=0.05)
+    assert refused.value.reason == "queue_forecast"
+    assert refused.value.retry_after == pytest.approx(3.0)
     p.release(running[1])
     assert admit(p, now=4) == []
     large = add(p, waiter(tokens=400, at=4))
@@ -86,7 +95,10 @@ async def measured_blocker(gateway: InProcessGateway) -> tuple[Exchange, EngineC
 
 
 async def test_a_client_refused_for_capacity_is_told_when_it_will_be_admitted() -> None:
-    async with in_process_gateway(max_concurrency=1, queue_timeout=QUEUE_TIMEOUT) as gateway:
+    # No refill lead: one request at a time, none waiting in the engine.
+    async with in_process_gateway(
+        max_concurrency=1, refill_lead_max=0, queue_timeout=QUEUE_TIMEOUT
+    ) as gateway:
         exchange, blocker, started = await measured_blocker(gateway)
         ends = started + BLOCKER_SECONDS
 
@@ -104,7 +116,7 @@ async def test_a_client_refused_for_capacity_is_told_when_it_will_be_admitted() 
         assert [r.json()["error"]["code"] for r in refusals] == ["over_capacity"] * 2
         early_wait, obedient_wait = (told(r) for r in refusals)
 
-        # At a third of the time told (7 / 3 s), the blocker still runs (for
+        # At a third of the time told (5 / 3 s), the blocker still runs (for
         # 3.6 s): refused again.
         await sleep_until(refused_at + early_wait / 3)
         assert not await admitted(gateway, LARGE, early)
@@ -140,3 +152,80 @@ def test_before_the_drain_rate_is_measured_the_eta_assumes_the_cache_turns_over(
     assert place is not None
     assert place.position == 1
     assert place.eta_s == pytest.approx(1.0)
+
+
+def test_a_backlogs_rate_counts_once_the_requests_it_found_in_flight_have_turned_over() -> None:
+    """128 requests in flight when the backlog forms: the first 127 to be
+    replaced say when they started, not how fast the engine drains; the
+    128th completes the measure. A backlog gone before turning over
+    measures nothing, and a measured rate is not diluted by the next
+    backlog's start."""
+    drain = DrainRate()
+    drain.tick(0.0, backlog=True, in_flight=128)
+    for i in range(127):
+        drain.admitted(100)
+        drain.tick(3.0 + i / 127, backlog=True, in_flight=128)
+    assert drain.rate() is None
+    drain.admitted(100)
+    drain.tick(4.0, backlog=True, in_flight=128)
+    assert drain.rate() == pytest.approx(128 * 100 / 4.0, rel=0.05)
+    drain.tick(4.0, backlog=False, in_flight=128)
+    measured = drain.rate()
+    # A new burst: its first stretch, few admissions in a long while, is held aside.
+    drain.tick(10.0, backlog=True, in_flight=128)
+    drain.admitted(100)
+    drain.tick(13.0, backlog=True, in_flight=128)
+    assert drain.rate() == measured
+    # It ends before turning over: nothing of it counts.
+    drain.tick(13.5, backlog=False, in_flight=10)
+    assert drain.rate() == measured
+    fresh = DrainRate()
+    fresh.tick(0.0, backlog=True, in_flight=128)
+    fresh.admitted(100)
+    fresh.tick(5.0, backlog=False, in_flight=128)
+    assert fresh.rate() is None
+
+
+def test_a_burst_on_a_fresh_gateway_is_not_refused_for_what_its_first_streams_say() -> None:
+    """256 users at once on a fresh gateway in front of one engine running
+    128 sequences, each stream 3.5 to 4.5 s, every user back the moment its
+    stream ends. The first streams end 3.5 s into the burst, a few at a
+    time: a rate taken from them (a few requests in 3.5 s, where the engine
+    drains 128 every 4 s) would predict minutes of wait and refuse the users
+    coming back. Nothing is refused, there is no rate until the requests in
+    flight have turned over, and the rate then is the engine's."""
+    p = policy(blocks=10_000, block_size=16, max_sequences=128, max_wait=30.0)
+    tokens = 100 + 256
+    durations = random.Random(7)
+    ends: list[tuple[float, int, Reservation]] = []
+    order = itertools.count()
+
+    def admitted(now: float) -> None:
+        for _, reservation in admit_all(p, now):
+            end = now + durations.uniform(3.5, 4.5)
+            heapq.heappush(ends, (end, next(order), reservation))
+
+    def user_sends(now: float) -> None:
+        add(p, waiter(tokens=tokens, at=now))  # QueueFull fails the test
+        admitted(now)
+
+    for _ in range(256):
+        user_sends(0.0)
+    assert p.queued == 128
+    now, first_cohort = 0.0, {id(r) for _, _, r in ends}
+    while now < 20.0:
+        now = round(now + 0.05, 2)
+        ended = []
+        while ends and ends[0][0] <= now:
+            ended.append(heapq.heappop(ends)[2])
+        for reservation in ended:
+            p.release(reservation)
+            first_cohort.discard(id(reservation))
+        admitted(now)
+        for _ in ended:
+            user_sends(now + 0.002)
+        if len(first_cohort) > 8:
+            # Most of the requests in flight when the backlog formed still run.
+            assert p.forecast.rate() is None
+    engine_rate = 128 * tokens / 4.0
+    assert p.forecast.rate() == pytest.approx(engine_rate, rel=0.2)

@@ -209,12 +209,14 @@ def test_a_full_queue_refuses_by_count_and_by_bytes() -> None:
     p = policy(blocks=1, max_queue_depth=2)
     add(p, waiter())
     add(p, waiter())
-    with pytest.raises(QueueFull):
+    with pytest.raises(QueueFull) as by_count:
         add(p, waiter())
+    assert by_count.value.reason == "queue_full"
     q = policy(blocks=1, max_queue_bytes=1000)
     big = add(q, waiter("a", size=600))
-    with pytest.raises(QueueFull):
+    with pytest.raises(QueueFull) as by_bytes:
         add(q, waiter("b", size=600))
+    assert by_bytes.value.reason == "queue_full"
     assert q.remove(big)
     add(q, waiter("b", size=600))
 
@@ -331,9 +333,64 @@ def test_a_request_that_would_outwait_its_deadline_is_refused_at_once() -> None:
     add(p, waiter(tokens=100, at=6))  # ~3 s to wait: fine
     with pytest.raises(QueueFull) as refused:
         add(p, waiter(tokens=200, at=6))  # ~5 s: longer than the deadline
-    assert refused.value.retry_after >= 5.0
+    assert refused.value.reason == "queue_forecast"
+    assert refused.value.retry_after <= 4.0
     # A high-priority request only waits behind high-priority work.
     add(p, waiter(tokens=200, priority="high", at=6))
+
+
+def steady_slow_backlog(p: AdmissionPolicy, seconds: int, queued: int) -> list[Reservation]:
+    """For ``seconds``, 100-token requests arrive one a second and run one
+    at a time (one block) for a second each, ``queued`` waiting: the queue
+    drains at a well-measured 100 tokens/s. Returns what runs at the end."""
+    for _ in range(queued + 1):
+        add(p, waiter("busy", tokens=100, at=0))
+    running = admit_all(p, now=0.0)
+    for second in range(1, seconds + 1):
+        for _, reservation in running:
+            p.release(reservation)
+        running = admit_all(p, now=float(second))
+        add(p, waiter("busy", tokens=100, at=second))
+    assert p.queued == queued
+    assert p.forecast.rate() == pytest.approx(100, rel=0.05)
+    return [reservation for _, reservation in running]
+
+
+def test_a_wait_past_the_deadline_is_refused_early_and_told_at_most_the_deadline() -> None:
+    """7 and 8 s to wait with a 4 s deadline, after a minute of steady
+    backlog: refused at once, for the forecast, and never told to stay away
+    longer than the deadline."""
+    p = policy(blocks=1, max_wait=4.0)
+    steady_slow_backlog(p, seconds=60, queued=2)
+    for tenant, priority, tokens in (("busy", "normal", 500), ("other", "low", 600)):
+        with pytest.raises(QueueFull) as refused:
+            add(p, waiter(tenant, priority, tokens, at=60))
+        assert refused.value.reason == "queue_forecast"
+        assert 1.0 <= refused.value.retry_after <= 4.0
+
+
+def test_a_client_refused_for_its_wait_is_told_to_come_back_while_it_can_queue() -> None:
+    """5 s to wait with a 4 s deadline: told to come back when, queued, it
+    should wait half its deadline (5 - 2 = 3 s), not when it should be
+    admitted. Back then, the forecast queues it, and it is admitted within
+    its deadline."""
+    p = policy(blocks=1, max_wait=4.0)
+    running = steady_slow_backlog(p, seconds=60, queued=2)
+    with pytest.raises(QueueFull) as refused:
+        add(p, waiter("late", "low", tokens=300, at=60))
+    back = 60 + refused.value.retry_after
+    assert back == pytest.approx(60 + 3.0, abs=0.3)
+    late = waiter("late", "low", tokens=300, at=back)
+    for second in range(61, 70):
+        if second - 1 <= back < second:
+            add(p, late)  # QueueFull fails the test
+        for reservation in running:
+            p.release(reservation)
+        admitted = admit_all(p, now=float(second))
+        running = [reservation for _, reservation in admitted]
+        if any(w is late for w, _ in admitted):
+            break
+    assert back < second <= back + 4.0
 
 
 def test_before_a_rate_is_measured_the_fleet_is_assumed_to_turn_over_in_two_seconds() -> None:
