@@ -109,6 +109,9 @@ class RequestRecord:
     worst_tokens: int = 0
     charged_wall: float | None = None
     used_tokens: int = 0
+    # What a refused client was told (seconds of ``Retry-After``): logged
+    # with each refusal, so that it can be checked after the fact.
+    retry_after: float | None = None
 
     _reported: bool = False
 
@@ -144,12 +147,15 @@ class RequestRecord:
         return True
 
     def fail(self, error: GatewayError) -> bool:
-        return self.finish(
+        ended = self.finish(
             error.outcome,
             status=error.status,
             reason=error.reason if error.outcome == "rejected" else None,
             error=error.message,
         )
+        if ended:
+            self.retry_after = error.retry_after
+        return ended
 
     def cancel(self) -> bool:
         return self.finish("cancelled", status=499)
@@ -188,4 +194,5 @@ class RequestRecord:
             "ttft_s": since_arrival(self.first_token_at),
             "total_s": since_arrival(self.ended_at),
             "error": self.error,
+            "retry_after_s": self.retry_after,
         }

@@ -64,6 +64,7 @@ def test_per_tenant_series_only_for_keyed_requests() -> None:
     anonymous = make(metrics)
     anonymous.fail(Draining("bye", retry_after=5))
     anonymous.report()
+    assert anonymous.log_fields()["retry_after_s"] == 5
     keyed = RequestRecord("id", "chat", Telemetry(metrics), tenant="acme", priority="normal")
     keyed.key_id = "acme-1"
     keyed.charged_tokens, keyed.used_tokens = 100, 40

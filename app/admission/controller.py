@@ -53,6 +53,7 @@ class AdmissionController:
         budget = BudgetConfig(
             max_sequences=settings.max_concurrency,
             max_request_share=settings.max_request_share,
+            max_lead=settings.refill_lead_max,
             prefix_aware=settings.prefix_aware_demand,
             unknown_capacity_sequences=settings.fallback_max_sequences,
             initial_factor=settings.overcommit_initial,
@@ -223,8 +224,9 @@ class AdmissionController:
             budget.hold_at_floor()
         else:
             self.policy.observe_engine(engine, stats.preemptions_total, stats.kv_usage)
-            queued = self.policy.queued > 0
-            budget.observe_queue(stats.running, stats.waiting, stats.kv_usage, queued)
+            if stats.counts_seen:
+                queued = self.policy.queued > 0
+                budget.observe_queue(stats.running, stats.waiting, stats.kv_usage, queued)
         self._dispatch.dispatch()
 
     def forget_engine(self, engine: str) -> None:

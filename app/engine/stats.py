@@ -31,6 +31,9 @@ class EngineStats:
     running: float
     waiting: float
     missing: tuple[str, ...] = ()
+    # Whether the running and waiting counts were read (not merely absent:
+    # admission's refill lead and learned cap need the real ones).
+    counts_seen: bool = True
 
     @property
     def complete(self) -> bool:
@@ -55,6 +58,7 @@ def parse_engine_stats(text: str) -> EngineStats:
         running=total(samples, RUNNING),
         waiting=total(samples, WAITING),
         missing=tuple(missing),
+        counts_seen=present(samples, RUNNING) and present(samples, WAITING),
     )
 
 
