@@ -13,9 +13,14 @@ error of any stage, the client leaving, the drain's deadline, a client that
 stopped reading, a bug — ends it in ``__aexit__``: the one place where the
 outcome is recorded and an error answered (``app.responses`` before the
 answer started, an SSE error event after), and whose one ``finally`` closes
-the engine's response (so the engine aborts what it still generates), gives
-the capacity back, leaves the drain, makes sure the record has an outcome
-and ends the request's span. Each happens once.
+the engine's response (so the engine aborts what it still generates), makes
+sure the record has an outcome, concludes it (``_conclude``: what follows
+from the outcome — the key's charge settled, the estimate taught, the
+response's engine remembered, the pipeline's ``Terms.at_end`` — then the
+outcome counted and logged), gives the capacity back, leaves the drain and
+ends the request's span. Each happens once. A request that ends with its
+answer is concluded as soon as the outcome is known, before the client
+sees the answer's end.
 
 The retry: an engine that fails the request before any byte of the answer
 reached the client — a stream whose engine fails before its first event
@@ -34,8 +39,6 @@ the request.
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from types import TracebackType
 
 import anyio
@@ -67,40 +70,11 @@ from app.responses import error_response
 from app.routing.base import RouteRequest
 from app.routing.filters import eligible
 from app.services import Services
+from app.terms import Terms
 from app.tracing import RequestTrace, route_reason
 from app.validation import Route
 
 log = logging.getLogger("gateway")
-
-# Something that follows from a request's outcome, given its ended record.
-EndListener = Callable[[RequestRecord], None]
-
-
-@dataclass(frozen=True)
-class AtEnd:
-    """What follows from a request's outcome: run once when it ends, before
-    it is counted and logged (so the log line has what they set), each
-    skipped when not given."""
-
-    # The key's charge settles to what the request used.
-    settle_key: EndListener | None = None
-    # The prompt-token estimate learns from the engine's count.
-    learn_estimate: EndListener | None = None
-    # A completed response's engine is remembered (continued responses go there).
-    remember_response: EndListener | None = None
-
-
-@dataclass(frozen=True)
-class Terms:
-    """What the pipeline settled before admission that the flight answers by."""
-
-    # Its tokens are charged to a key: a stream cut short pays what the
-    # engine says it generated (``app.relay.pick``).
-    charged: bool = False
-    # Sent with a successful answer only (the key's rate-limit headers).
-    headers: Mapping[str, str] = field(default_factory=dict)
-    at_end: AtEnd = AtEnd()
-
 
 ENGINE_PATHS: dict[Route, str] = {
     "chat": "/v1/chat/completions",

@@ -18,7 +18,7 @@ from starlette.types import Send
 from app.admission.base import AdmissionRequest
 from app.admission.demand import Demand, demand_of
 from app.errors import Draining, EngineUnavailable, Forbidden
-from app.flight import AtEnd, EndListener, Flight, Terms
+from app.flight import Flight
 from app.identity import Identity
 from app.keys.file import KeyEntry
 from app.keys.identify import cache_scope, identify
@@ -29,6 +29,7 @@ from app.response_ids import Holder
 from app.routing.prefix_key import prompt_keys
 from app.services import Services
 from app.settings import Settings
+from app.terms import AtEnd, EndListener, Terms
 from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
 
 
