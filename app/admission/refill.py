@@ -19,8 +19,10 @@ requests back (requests queued in the gateway, every slot of the cap and the
 lead held; when the KV budget holds them back, empty slots say nothing of
 the refill):
 
-- fewer running than the cap and none waiting in the engine: slots sat empty
-  with work queued in the gateway — the lead grows by half the gap;
+- fewer running than the cap and none waiting in the engine, ``PATIENCE``
+  ticks in a row: slots sat empty with work queued in the gateway — the lead
+  grows by half the gap (one tick proves nothing: a request admitted a
+  moment ago may still be on its way to the engine);
 - the engine at its cap with requests of its own waiting, ``PATIENCE`` ticks
   in a row: its queue is deeper than the refill needs — the lead shrinks by
   one;
@@ -42,6 +44,7 @@ class RefillLead:
         self.max_lead = max_lead
         self.lead = 0
         self._deep = 0
+        self._empty = 0
 
     def observe(
         self, cap: int, running: float, waiting: float, *, queued: bool, at_cap: bool
@@ -49,16 +52,21 @@ class RefillLead:
         """One tick: the engine's sequence ``cap`` (without the lead), what
         it runs and what waits in it; ``queued``: requests wait in the
         gateway's queue; ``at_cap``: the gateway holds every slot it may."""
-        if not queued:
-            self.lead = max(0, self.lead - 1)
-            self._deep = 0
-        elif not at_cap:
-            self._deep = 0
+        if not queued or not at_cap:
+            if not queued:
+                self.lead = max(0, self.lead - 1)
+            self._deep = self._empty = 0
         elif running < cap and waiting <= 0:
-            self.lead = min(self.max_lead, self.lead + math.ceil((cap - running) / 2))
             self._deep = 0
+            self._empty += 1
+            if self._empty >= PATIENCE:
+                self.lead = min(self.max_lead, self.lead + math.ceil((cap - running) / 2))
+                self._empty = 0
         elif running >= cap and waiting > 0:
+            self._empty = 0
             self._deep += 1
             if self._deep >= PATIENCE:
                 self.lead = max(0, self.lead - 1)
                 self._deep = 0
+        else:
+            self._deep = self._empty = 0

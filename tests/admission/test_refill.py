@@ -6,15 +6,28 @@ from app.admission.fairqueue import Waiter
 from app.admission.refill import PATIENCE, RefillLead
 
 
+def ticks(lead: RefillLead, n: int, running: float, waiting: float = 0) -> None:
+    for _ in range(n):
+        lead.observe(128, running=running, waiting=waiting, queued=True, at_cap=True)
+
+
 def test_empty_slots_with_work_queued_here_grow_the_lead_up_to_its_bound() -> None:
     lead = RefillLead(max_lead=16)
-    lead.observe(128, running=112, waiting=0, queued=True, at_cap=True)
+    ticks(lead, PATIENCE, running=112)
     assert lead.lead == 8
-    lead.observe(128, running=120, waiting=0, queued=True, at_cap=True)
+    ticks(lead, PATIENCE, running=120)
     assert lead.lead == 12
-    for _ in range(10):
-        lead.observe(128, running=100, waiting=0, queued=True, at_cap=True)
+    ticks(lead, 10 * PATIENCE, running=100)
     assert lead.lead == 16
+
+
+def test_one_tick_of_empty_slots_proves_nothing() -> None:
+    """A request admitted a moment ago may still be on its way."""
+    lead = RefillLead(max_lead=16)
+    ticks(lead, PATIENCE - 1, running=0)
+    ticks(lead, 1, running=128)
+    ticks(lead, PATIENCE - 1, running=0)
+    assert lead.lead == 0
 
 
 def test_empty_slots_say_nothing_when_the_kv_budget_holds_requests_back() -> None:
@@ -25,7 +38,7 @@ def test_empty_slots_say_nothing_when_the_kv_budget_holds_requests_back() -> Non
 
 def test_an_engine_queue_deeper_than_the_refill_needs_shrinks_the_lead_slowly() -> None:
     lead = RefillLead(max_lead=16)
-    lead.observe(128, running=108, waiting=0, queued=True, at_cap=True)
+    ticks(lead, PATIENCE, running=108)
     assert lead.lead == 10
     for _ in range(PATIENCE - 1):
         lead.observe(128, running=128, waiting=6, queued=True, at_cap=True)
@@ -36,7 +49,7 @@ def test_an_engine_queue_deeper_than_the_refill_needs_shrinks_the_lead_slowly() 
 
 def test_the_lead_decays_once_nothing_waits_in_the_gateway() -> None:
     lead = RefillLead(max_lead=16)
-    lead.observe(128, running=120, waiting=0, queued=True, at_cap=True)
+    ticks(lead, PATIENCE, running=120)
     for _ in range(3):
         lead.observe(128, running=90, waiting=0, queued=False, at_cap=False)
     assert lead.lead == 1
@@ -52,7 +65,8 @@ def test_the_engine_is_refilled_from_its_own_queue_once_slots_sat_empty() -> Non
         budget.reserve(Waiter("t", "normal", 100, 0.0))
     assert not budget.fits(Waiter("t", "normal", 100, 0.0))
     # Under overload, the engine runs 116 of its 128 with nothing of its own waiting.
-    budget.observe_queue(running=116, waiting=0, kv_usage=0.1, queued=True)
+    for _ in range(PATIENCE):
+        budget.observe_queue(running=116, waiting=0, kv_usage=0.1, queued=True)
     assert budget.refill.lead == 6
     assert budget.max_sequences == 134
     admitted = 0
@@ -67,5 +81,6 @@ def test_a_budget_with_no_lead_allowed_stays_at_the_engines_cap() -> None:
     budget.set_capacity(16_384, 16)
     for _ in range(128):
         budget.reserve(Waiter("t", "normal", 100, 0.0))
-    budget.observe_queue(running=100, waiting=0, kv_usage=0.1, queued=True)
+    for _ in range(PATIENCE):
+        budget.observe_queue(running=100, waiting=0, kv_usage=0.1, queued=True)
     assert budget.max_sequences == 128
