@@ -1,8 +1,10 @@
 """A client that goes away stops the engine's work, in every phase.
 
-Against the real engine: after each disconnect the engine must go idle within
-a few seconds and stop generating well short of ``max_tokens``. The measured
-time from disconnect to an idle engine is printed (run with ``-s`` to see it).
+Against the real engine: after each disconnect the engine goes idle, and it
+aborted the request rather than ran it to its end (vLLM counts only requests
+that end; the tokens made before the abort arrived depend on the machine's
+speed, so they are printed, not bounded). The time from disconnect to an idle
+engine is printed too (run with ``-s`` to see it).
 """
 
 import asyncio
@@ -12,7 +14,7 @@ import time
 import httpx
 import psutil
 
-from tests.support.disconnects import IDLE_WITHIN, cancels, seconds_until_idle
+from tests.support.disconnects import IDLE_WITHIN, cancels, ran_to_the_end, seconds_until_idle
 from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway
 from tests.support.streams import hold_streams, open_stream, read_content_chunks
@@ -20,21 +22,19 @@ from tests.support.wait import wait_for, wait_until
 
 MAX_TOKENS = 1500
 LONG = {"model": MODEL, "max_tokens": MAX_TOKENS, "ignore_eos": True}
+# A request that waits behind LONG ones: at most one of vLLM's bucket bounds
+# that LONG passes.
+WAITER_TOKENS = 1000
+WAITER = {**LONG, "max_tokens": WAITER_TOKENS}
 
 
 def generated_since(engine: Engine, before: float) -> float:
     return engine.metric("vllm:generation_tokens_total") - before
 
 
-def far_short_of(streams: int) -> float:
-    """A bound on the tokens ``streams`` aborted requests may generate: half
-    of what they would if the engine ran them to ``max_tokens``, so neither a
-    slow abort nor a busy machine reaches it, and a missing abort cannot miss it."""
-    return streams * MAX_TOKENS / 2
-
-
 async def test_disconnect_mid_stream(idle_engine: Engine, gateway: Gateway) -> None:
     before_tokens = idle_engine.metric("vllm:generation_tokens_total")
+    ended = ran_to_the_end(idle_engine)
     before = cancels(gateway, "streaming")
     async with (
         httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
@@ -48,7 +48,7 @@ async def test_disconnect_mid_stream(idle_engine: Engine, gateway: Gateway) -> N
     print(
         f"\nmid-stream disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens generated"
     )
-    assert generated < 500
+    assert ran_to_the_end(idle_engine) == ended, "the engine ran the request to its end"
     assert wait_until(lambda: cancels(gateway, "streaming") == before + 1, timeout=30)
     assert gateway.metric("gateway_requests_in_flight") == 0
 
@@ -57,6 +57,7 @@ async def test_disconnect_during_a_non_streaming_call(
     idle_engine: Engine, gateway: Gateway
 ) -> None:
     before_tokens = idle_engine.metric("vllm:generation_tokens_total")
+    ended = ran_to_the_end(idle_engine)
     before = cancels(gateway, "non_streaming")
 
     def generating() -> bool:
@@ -80,7 +81,7 @@ async def test_disconnect_during_a_non_streaming_call(
     took = seconds_until_idle(idle_engine, left)
     generated = generated_since(idle_engine, before_tokens)
     print(f"\nnon-streaming disconnect: engine idle after {took:.3f}s, {generated:.0f} tokens")
-    assert generated < 500
+    assert ran_to_the_end(idle_engine) == ended, "the engine ran the request to its end"
     assert wait_until(lambda: cancels(gateway, "non_streaming") == before + 1, timeout=30)
 
 
@@ -88,8 +89,12 @@ async def test_disconnect_while_waiting_for_the_first_token(
     idle_engine: Engine, gateway: Gateway
 ) -> None:
     """The engine is saturated (every sequence slot taken), so the request
-    waits in the engine's queue; the client leaves before its first token."""
+    waits in the engine's queue; the client leaves before its first token.
+    It asks for fewer tokens than the blockers, so the engine's count of
+    requests run to their end tells it from them (blockers may end on their
+    own while a slow machine waits)."""
     before = cancels(gateway, "waiting_first_token")
+    ended = ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS)
     async with httpx.AsyncClient(base_url=idle_engine.url, timeout=120) as direct:
         blockers = await hold_streams(direct, idle_engine.url, LONG, ENGINE_MAX_NUM_SEQS)
         try:
@@ -99,7 +104,7 @@ async def test_disconnect_while_waiting_for_the_first_token(
             )
             async with (
                 httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
-                open_stream(http, {**LONG, "prompt": "The museum"}) as response,
+                open_stream(http, {**WAITER, "prompt": "The museum"}) as response,
             ):
                 assert response.status_code == 200
                 assert wait_until(
@@ -110,21 +115,22 @@ async def test_disconnect_while_waiting_for_the_first_token(
                 lambda: cancels(gateway, "waiting_first_token") == before + 1, timeout=30
             )
         finally:
-            # Once the blockers are gone, a request the engine still held would
-            # run to its 1500 tokens.
-            tokens_at_release = idle_engine.metric("vllm:generation_tokens_total")
+            # Once the blockers are gone, a request the engine still held
+            # would run to its end.
             for blocker in blockers:
                 await blocker.aclose()
     took = seconds_until_idle(idle_engine, left)
-    after_release = idle_engine.metric("vllm:generation_tokens_total") - tokens_at_release
     print(f"\nwaiting-first-token disconnect: engine idle {took:.3f}s after the client left")
-    assert after_release < 500
+    assert ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS) == ended, (
+        "the engine ran the request to its end"
+    )
 
 
 async def test_fifty_disconnects_leave_nothing_behind(
     idle_engine: Engine, gateway: Gateway
 ) -> None:
     before_tokens = idle_engine.metric("vllm:generation_tokens_total")
+    ended = ran_to_the_end(idle_engine)
     before = cancels(gateway, "streaming")
     async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
         for i in range(50):
@@ -133,7 +139,7 @@ async def test_fifty_disconnects_leave_nothing_behind(
     assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=IDLE_WITHIN)
     generated = generated_since(idle_engine, before_tokens)
     print(f"\nfifty disconnects: {generated:.0f} tokens generated")
-    assert generated < far_short_of(50)
+    assert ran_to_the_end(idle_engine) == ended, "the engine ran a request to its end"
     assert wait_until(lambda: cancels(gateway, "streaming") == before + 50, timeout=10)
     assert gateway.metric("gateway_requests_in_flight") == 0
 
@@ -158,8 +164,10 @@ async def test_fifty_disconnects_leave_nothing_behind(
 async def test_concurrent_disconnects_mid_stream(idle_engine: Engine, gateway: Gateway) -> None:
     """Disconnects that land together are each noticed, and each ends its
     request in the engine: six streams of 1,500 tokens run to the end would
-    go idle within the bound on their own, so the tokens tell."""
+    go idle within the bound on their own, so the count of requests run to
+    their end tells."""
     before_tokens = idle_engine.metric("vllm:generation_tokens_total")
+    ended = ran_to_the_end(idle_engine)
     before = cancels(gateway, "streaming")
 
     async def one(i: int) -> None:
@@ -173,5 +181,5 @@ async def test_concurrent_disconnects_mid_stream(idle_engine: Engine, gateway: G
     assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=IDLE_WITHIN)
     generated = generated_since(idle_engine, before_tokens)
     print(f"\nsix concurrent disconnects: {generated:.0f} tokens generated")
-    assert generated < far_short_of(6)
+    assert ran_to_the_end(idle_engine) == ended, "the engine ran a request to its end"
     assert wait_until(lambda: cancels(gateway, "streaming") == before + 6, timeout=10)
