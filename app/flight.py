@@ -38,7 +38,6 @@ the request.
 """
 
 import logging
-import time
 from types import TracebackType
 
 import anyio
@@ -64,9 +63,10 @@ from app.record import RequestRecord
 from app.relay.pick import relay_for
 from app.relay.sse import StreamSender
 from app.relay.stream import StreamRelay
-from app.relay.whole import read_usage
+from app.relay.usage import take_answer_usage
 from app.request_id import HEADER
 from app.responses import error_response
+from app.routes import ROUTES
 from app.routing.base import RouteRequest
 from app.routing.filters import eligible
 from app.services import Services
@@ -76,12 +76,6 @@ from app.validation import Route
 
 log = logging.getLogger("gateway")
 
-ENGINE_PATHS: dict[Route, str] = {
-    "chat": "/v1/chat/completions",
-    "completions": "/v1/completions",
-    "responses": "/v1/responses",
-    "embeddings": "/v1/embeddings",
-}
 # How long the final error event of a stream that cannot go on may take to go out.
 _FAREWELL_SECONDS = 2.0
 
@@ -89,8 +83,11 @@ _FAREWELL_SECONDS = 2.0
 class Flight:
     def __init__(self, request: Request, route: Route, services: Services, send: Send) -> None:
         request_id: str = request.state.request_id
+        self._route = ROUTES[route]
         self.record = RequestRecord(request_id, route, services.telemetry)
-        self.trace = RequestTrace(request.headers, ENGINE_PATHS[route], self.record.arrival_wall)
+        self.trace = RequestTrace(
+            request.headers, self._route.engine_path, self.record.arrival_wall
+        )
         self.record.trace_id = self.trace.trace_id
         self._services = services
         self._request = request
@@ -192,16 +189,14 @@ class Flight:
     async def _admit(self) -> None:
         assert self._admission is not None
         services, record = self._services, self.record
-        record.phase = "queued"
+        record.enter("queued")
         with self.trace.queue(retry=bool(self._tried)) as queued:
             self._hold = hold = await services.admission.admit(self._admission, record, self._tried)
             reason = route_reason(hold.choice, retry=bool(self._tried))
             queued.admitted(hold.engine, reason, services.settings.routing)
         self._tried.append(hold.engine)
-        record.engine, record.tries = engine_label(self._hold.engine), len(self._tried)
+        record.admitted(engine_label(hold.engine), len(self._tried))
         services.metrics.in_flight.inc()
-        if record.admitted_at is None:
-            record.admitted_at = time.perf_counter()
 
     async def _call(self) -> None:
         """Answer from the engine admitted to; on its failure, the retry rule."""
@@ -217,8 +212,8 @@ class Flight:
         assert self._admission is not None
         assert self._hold is not None
         job, record = self._admission.job, self.record
-        record.phase = "waiting_first_token" if job.stream else "non_streaming"
-        engine, path = self._hold.engine, ENGINE_PATHS[job.route]
+        record.enter("waiting_first_token" if job.stream else "non_streaming")
+        engine, path = self._hold.engine, self._route.engine_path
         with self.trace.engine_call(engine, path, len(self._tried)):
             self._upstream = await self._services.engine_client.open(
                 engine, path, job.upstream_body, record.engine_request_id, stream=job.stream
@@ -261,7 +256,7 @@ class Flight:
     async def _relay_whole(self, upstream: EngineResponse) -> None:
         """A non-streaming answer: nothing reaches the client until it is whole."""
         content = await upstream.read()
-        read_usage(content, self.record, self._admission.job.route if self._admission else "")
+        take_answer_usage(content, self._route.usage, self.record)
         self.record.finish("completed", status=upstream.status)
         self._conclude()
         response = Response(
@@ -351,8 +346,7 @@ class Flight:
             error.retry_after = self._services.settings.retry_after_unavailable
         self.trace.answered_error(error)
         if self._sender is not None:
-            named = record.route == "responses"
-            event = sse_error_event(error, named=named)
+            event = sse_error_event(error, named=self._route.stream == "responses")
             await self._sender.end(event, within=_FAREWELL_SECONDS)
             return
         response = error_response(error)

@@ -15,10 +15,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from app import __version__
 from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
+from app.routes import ROUTES
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
-# The admitted API routes (``route`` label).
-ROUTES = ("chat", "completions", "responses", "embeddings")
 PROMPT_COUNT_SOURCES = ("tokenizer", "engine", "estimate")
 CANCEL_PHASES = ("receiving", "queued", "waiting_first_token", "streaming", "non_streaming")
 
@@ -306,7 +305,7 @@ class GatewayMetrics:
             registry=r,
         )
 
-        for route in ROUTES:
+        for route in ROUTES:  # the ``route`` label: the admitted API routes
             for outcome in OUTCOMES:
                 self.requests.labels(route, outcome)
                 self.duration.labels(route, outcome)

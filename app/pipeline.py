@@ -8,7 +8,6 @@ the request ends, the flight records its one outcome, answers its error and
 gives back what it held. Errors of any stage are ``GatewayError``s.
 """
 
-import time
 from dataclasses import replace
 from functools import partial
 
@@ -78,8 +77,7 @@ def _identify(
     try:
         identity, key = identify(request.headers, services.keys.ring if services.keys else None)
     except Forbidden as refused:
-        # Refused, but it is known whose key it was.
-        record.tenant, record.key_id = refused.tenant, refused.key_id
+        record.refused_key(refused.tenant, refused.key_id)
         raise
     record.identify(identity)
     return identity, key
@@ -98,7 +96,7 @@ async def _receive(
     settings = services.settings
     with services.receiving.enter():
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
-        record.phase = "queued"
+        record.enter("queued")
         if not services.engines.up:
             raise EngineUnavailable(
                 "no engine is available", retry_after=settings.retry_after_unavailable
@@ -119,7 +117,7 @@ async def _receive(
         )
         if _count_decides(settings, exact_usage):
             job = await services.counter.count(job, body, record.engine_request_id)
-    record.stream, record.model = job.stream, job.model
+    record.checked(job.model, job.stream)
     return job
 
 
@@ -137,8 +135,7 @@ async def _charge(quota: KeyQuota, key: KeyEntry, record: RequestRecord, demand:
     it ends (``_settling``)."""
     worst = demand.worst_usage
     charge = await quota.charge(key, record.engine_request_id, worst, demand.prompt_tokens)
-    record.worst_tokens, record.charged_wall = worst, time.time()
-    record.charged_tokens = worst if charge.charged is None else charge.charged
+    record.charged(worst if charge.charged is None else charge.charged, worst)
     return charge
 
 

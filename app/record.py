@@ -124,6 +124,46 @@ class RequestRecord:
         self.priority = identity.priority
         self.key_id = identity.key_id
 
+    def refused_key(self, tenant: str | None, key_id: str | None) -> None:
+        """Its key was refused, but it is known whose it was."""
+        self.tenant, self.key_id = tenant, key_id
+
+    def checked(self, model: str, stream: bool) -> None:
+        """Its body was read and checked: the model it asks for, and whether
+        it streams."""
+        self.model, self.stream = model, stream
+
+    def charged(self, held: int, worst: int) -> None:
+        """``held`` tokens of its key's limit were charged for it now, of a
+        worst case of ``worst``."""
+        self.charged_tokens, self.worst_tokens, self.charged_wall = held, worst, time.time()
+
+    def enter(self, phase: Phase) -> None:
+        """It has reached ``phase`` (where a client that leaves, leaves)."""
+        self.phase = phase
+
+    def admitted(self, engine: str, tries: int) -> None:
+        """Admitted to ``engine`` (its label), the ``tries``-th engine it
+        is sent to; the queue's wait is the first admission's."""
+        self.engine, self.tries = engine, tries
+        if self.admitted_at is None:
+            self.admitted_at = time.perf_counter()
+
+    def first_token(self, now: float) -> None:
+        """Its first token came from the engine at ``now``: it streams."""
+        self.first_token_at = now
+        self.phase = "streaming"
+
+    def used(self, prompt: int | None, output: int | None) -> None:
+        """What the engine says it used."""
+        self.prompt_tokens, self.completion_tokens = prompt, output
+
+    def output_at_least(self, output: int) -> None:
+        """An answer cut short, without the engine's usage: what it is known
+        to have generated (the engine's own count, when it came, stands)."""
+        if self.completion_tokens is None and output:
+            self.completion_tokens = output
+
     def finish(
         self, outcome: Outcome, *, status: int, reason: str | None = None, error: str | None = None
     ) -> bool:

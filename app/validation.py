@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from starlette.requests import ClientDisconnect, Request
 
-from app.bodies import Parsed, Prompt, Route, parse
+from app.bodies import Parsed, Prompt, Route
 from app.errors import (
     BodyTimeout,
     BodyTooLarge,
@@ -29,6 +29,7 @@ from app.errors import (
     UnsupportedMediaType,
 )
 from app.owned_fields import CacheScope, owned_body
+from app.routes import ROUTES
 
 __all__ = [
     "CompletionJob",
@@ -38,9 +39,6 @@ __all__ = [
     "check_request",
     "read_json_body",
 ]
-
-# The routes whose streams are chat or completion chunks, ended by [DONE].
-CHUNK_ROUTES = frozenset({"chat", "completions"})
 
 
 @dataclass(frozen=True)
@@ -150,7 +148,8 @@ def check_request(
     when the gateway decides it. ``exact_usage``: a stream whose every chunk
     must say what it has used so far (its tokens are charged to a key).
     ``request_id``: the gateway's id of the request (a response's id)."""
-    parsed = parse(route, body)
+    api = ROUTES[route]
+    parsed = api.parse(body)
     if parsed.model not in models:
         known = ", ".join(sorted(models)) or "none"
         raise ModelNotFound(
@@ -177,18 +176,17 @@ def check_request(
 
     prompts = parsed.prompts
     if len(prompts) > limits.max_batch:
-        field = "input" if route == "embeddings" else "prompt"
+        field = api.prompt_param
         raise InvalidRequest(
             f"{field}: a batch of {len(prompts)} prompts; at most {limits.max_batch}",
             param=field,
         )
     if max_model_len is not None:
         _check_token_ids_fit(prompts, max_tokens, max_model_len, parsed.generates)
-    response_id = f"resp_{request_id}" if route == "responses" and request_id else None
-    upstream, salt = owned_body(
-        body, cache_scope, salted=route != "embeddings", request_id=response_id
-    )
-    chunked = parsed.stream and route in CHUNK_ROUTES
+    response_id = f"resp_{request_id}" if api.stored and request_id else None
+    upstream, salt = owned_body(body, cache_scope, salted=api.salted, request_id=response_id)
+    # A stream of OpenAI's chunks can carry usage: the final chunk's, each chunk's.
+    chunked = parsed.stream and api.stream == "chunks"
     forward_chunk_usage = chunked and parsed.wants_usage and _continuous(body)
     if chunked:
         upstream = _with_usage(upstream, parsed, exact_usage)

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 
 from app.admission.estimate import PromptTokenEstimator
 from app.errors import TooLong
+from app.routes import ROUTES
 from app.validation import CompletionJob, Prompt
 
 # A text prompt has at least this share of its estimated tokens.
 CERTAIN_SHARE = 0.5
-# The field a route's prompt comes in.
-_PROMPT_PARAM = {"chat": "messages", "responses": "input", "embeddings": "input"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def refuse_if_it_can_never_fit(
         raise TooLong(
             f"the prompt is {about}{longest} tokens; the model's context is {limit} tokens"
             " (prompt plus at least one generated token)",
-            param=_PROMPT_PARAM.get(job.route, "prompt"),
+            param=ROUTES[job.route].prompt_param,
         )
     if not caches:
         return

@@ -7,14 +7,15 @@ the ``usage.prompt_tokens`` the engine reports for completed requests. The
 intercept absorbs the chat template's fixed cost; recent requests weigh more,
 so the fit follows a changing workload. Until enough requests have completed,
 a conservative default is used (4 characters per token plus a template
-allowance). The error against the engine's own count on the load-test
-corpus is checked by a test.
+allowance: the route's ``template_tokens``). The error against the engine's
+own count on the load-test corpus is checked by a test.
 """
 
 from dataclasses import dataclass
 
+from app.routes import ROUTES, Route
+
 _DEFAULT_CHARS_PER_TOKEN = 4.0
-_DEFAULT_OVERHEAD = {"chat": 16.0, "completions": 1.0, "responses": 16.0, "embeddings": 1.0}
 _MIN_SAMPLES = 8
 _DECAY = 0.99
 
@@ -55,15 +56,15 @@ class PromptTokenEstimator:
     def __init__(self) -> None:
         self._fits: dict[str, _Fit] = {}
 
-    def estimate(self, route: str, chars: int) -> int:
+    def estimate(self, route: Route, chars: int) -> int:
         line = self._fits[route].line() if route in self._fits else None
         if line is None:
-            intercept = _DEFAULT_OVERHEAD.get(route, 1.0)
+            intercept = ROUTES[route].template_tokens
             slope = 1.0 / _DEFAULT_CHARS_PER_TOKEN
         else:
             intercept, slope = line
         return max(1, round(intercept + slope * chars))
 
-    def observe(self, route: str, chars: int, tokens: int) -> None:
+    def observe(self, route: Route, chars: int, tokens: int) -> None:
         if tokens > 0:
             self._fits.setdefault(route, _Fit()).add(float(chars), float(tokens))

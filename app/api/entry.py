@@ -23,15 +23,8 @@ from app.errors import MethodNotAllowed
 from app.pipeline import serve_completion
 from app.request_id import HEADER, current_request_id, pick_request_id
 from app.responses import error_response
+from app.routes import Route, route_at
 from app.services import Services
-from app.validation import Route
-
-COMPLETION_ROUTES: dict[str, Route] = {
-    "/v1/chat/completions": "chat",
-    "/v1/completions": "completions",
-    "/v1/responses": "responses",
-    "/v1/embeddings": "embeddings",
-}
 
 
 class Gateway(FastAPI):
@@ -41,10 +34,10 @@ class Gateway(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            route = COMPLETION_ROUTES.get(scope["path"])
+            route = route_at(scope["path"])
             if route is not None and not self._on_admin_port(scope):
                 scope["app"] = self
-                await _serve(route, scope, receive, send)
+                await _serve(route.name, scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 

@@ -23,6 +23,7 @@ from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.relay.events import event_json, split_events
 from app.relay.stream import StreamRelay
+from app.routes import UsageNames
 
 _CHUNK_USAGE = b',"usage":{'
 _CHOICE = re.compile(rb'"choices":\[\{"index":(\d+)')
@@ -34,11 +35,12 @@ class ExactUsageRelay(StreamRelay):
         record: RequestRecord,
         metrics: GatewayMetrics,
         *,
+        usage: UsageNames,
         forward_usage: bool,
         forward_chunk_usage: bool,
         prompts: int,
     ) -> None:
-        super().__init__(record, metrics, forward_usage=forward_usage)
+        super().__init__(record, metrics, usage=usage, forward_usage=forward_usage)
         self._forward_chunk_usage = forward_chunk_usage
         self._prompts = prompts
         # Each choice's last usage object, as the engine wrote it.
@@ -71,15 +73,14 @@ class ExactUsageRelay(StreamRelay):
         if record.completion_tokens is not None or not self._seen:
             super().count_partial_output()
             return
-        completion, prompts = 0, set()
+        names, completion, prompts = self._usage, 0, set()
         for usage in self._seen.values():
             counts = event_json(b"data: " + usage) or {}
-            completion += int(counts.get("completion_tokens") or 0)
-            prompts.add(counts.get("prompt_tokens"))
-        record.completion_tokens = completion
-        if self._prompts == 1 and len(prompts) == 1:
-            (prompt,) = prompts
-            record.prompt_tokens = prompt if isinstance(prompt, int) else None
+            completion += int(counts.get(names.output) or 0)
+            prompts.add(counts.get(names.prompt))
+        # One prompt's count, when every choice says the same of it.
+        (prompt,) = prompts if self._prompts == 1 and len(prompts) == 1 else (None,)
+        record.used(prompt if isinstance(prompt, int) else None, completion)
 
 
 def _object_end(data: bytes, opening: int) -> int:

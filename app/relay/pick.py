@@ -1,25 +1,52 @@
-"""Which relay a stream gets: its route's rules, and whether its tokens are
-charged to a key (``app.relay.stream`` says why each exists)."""
+"""Which relay a stream gets: its route's stream kind, and whether its
+tokens are charged to a key (``app.relay.stream`` says why each exists)."""
+
+from collections.abc import Callable
+from typing import get_args
 
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.relay.exact import ExactUsageRelay
 from app.relay.responses import ResponsesRelay
 from app.relay.stream import StreamRelay
+from app.routes import ROUTES, StreamKind
 from app.validation import CompletionJob
+
+_Make = Callable[[CompletionJob, RequestRecord, GatewayMetrics, bool], StreamRelay]
+
+
+def _chunks(
+    job: CompletionJob, record: RequestRecord, metrics: GatewayMetrics, charged: bool
+) -> StreamRelay:
+    usage = ROUTES[job.route].usage
+    if job.chunk_usage:
+        return ExactUsageRelay(
+            record,
+            metrics,
+            usage=usage,
+            forward_usage=job.wants_usage,
+            forward_chunk_usage=job.forward_chunk_usage,
+            prompts=len(job.prompts),
+        )
+    return StreamRelay(record, metrics, usage=usage, forward_usage=job.wants_usage)
+
+
+def _responses(
+    job: CompletionJob, record: RequestRecord, metrics: GatewayMetrics, charged: bool
+) -> StreamRelay:
+    usage = ROUTES[job.route].usage
+    return ResponsesRelay(record, metrics, usage=usage, exact=charged, most=job.max_tokens)
+
+
+_RELAYS: dict[StreamKind, _Make] = {"chunks": _chunks, "responses": _responses}
+if set(_RELAYS) != set(get_args(StreamKind)):
+    raise ImportError("every stream kind needs its relay")
 
 
 def relay_for(
     job: CompletionJob, record: RequestRecord, metrics: GatewayMetrics, *, charged: bool
 ) -> StreamRelay:
-    if job.route == "responses":
-        return ResponsesRelay(record, metrics, exact=charged, most=job.max_tokens)
-    if job.chunk_usage:
-        return ExactUsageRelay(
-            record,
-            metrics,
-            forward_usage=job.wants_usage,
-            forward_chunk_usage=job.forward_chunk_usage,
-            prompts=len(job.prompts),
-        )
-    return StreamRelay(record, metrics, forward_usage=job.wants_usage)
+    kind = ROUTES[job.route].stream
+    if kind is None:
+        raise ValueError(f"the {job.route} route does not stream")
+    return _RELAYS[kind](job, record, metrics, charged)

@@ -26,6 +26,8 @@ from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.relay.events import event_json, split_events
 from app.relay.stream import StreamRelay
+from app.relay.usage import take_usage
+from app.routes import UsageNames
 
 _DELTA = b".delta\n"
 _COMPLETED = b"event: response.completed\n"
@@ -36,45 +38,42 @@ class ResponsesRelay(StreamRelay):
     END = "response.completed"
 
     def __init__(
-        self, record: RequestRecord, metrics: GatewayMetrics, *, exact: bool, most: int | None
+        self,
+        record: RequestRecord,
+        metrics: GatewayMetrics,
+        *,
+        usage: UsageNames,
+        exact: bool,
+        most: int | None,
     ) -> None:
-        super().__init__(record, metrics, forward_usage=True)
+        super().__init__(record, metrics, usage=usage, forward_usage=True)
         self._exact = exact
         self._most = most
         # Bytes of output text sent, counted when ``exact``.
         self._text_bytes = 0
 
-    def feed(self, raw: bytes, now: float) -> bytes:
-        data = self._splitter.feed(raw)
-        if not data:
-            return data
-        record = self._record
-        if record.first_token_at is None and _DELTA in data:
-            record.first_token_at = now
-            record.phase = "streaming"
-            self._ttft.observe(now - record.arrival, record.exemplar())
+    def count_partial_output(self) -> None:
+        if not self._exact:
+            super().count_partial_output()
+            return
+        most = self._most
+        self._record.output_at_least(min(self._text_bytes, most or self._text_bytes))
+
+    def _first_token_in(self, data: bytes) -> bool:
+        return _DELTA in data
+
+    def _read(self, data: bytes) -> bytes:
         if _COMPLETED in data:
             self._saw_done = True
             self._take_completed(data)
         if any(failed in data for failed in _FAILED):
             self._engine_error = True
-        if record.first_token_at is not None:
-            self._events += data.count(_DELTA)
-            if self._exact:
-                self._count_text(data)
-            if self._last_sent:
-                self._inter_token.observe(now - self._last_sent)
-            self._last_sent = now
         return data
 
-    def count_partial_output(self) -> None:
-        record = self._record
-        if record.completion_tokens is not None or not self._exact:
-            super().count_partial_output()
-            return
-        if self._text_bytes:
-            most = self._most
-            record.completion_tokens = min(self._text_bytes, most or self._text_bytes)
+    def _count_sent(self, data: bytes) -> None:
+        self._events += data.count(_DELTA)
+        if self._exact:
+            self._count_text(data)
 
     def _count_text(self, data: bytes) -> None:
         for event in split_events(data):
@@ -92,7 +91,8 @@ class ResponsesRelay(StreamRelay):
                 continue
             payload = event_json(event[len(_COMPLETED) :])
             response = payload.get("response") if isinstance(payload, dict) else None
-            usage = response.get("usage") if isinstance(response, dict) else None
-            if isinstance(usage, dict):
-                self._record.prompt_tokens = usage.get("input_tokens")
-                self._record.completion_tokens = usage.get("output_tokens")
+            take_usage(
+                response.get("usage") if isinstance(response, dict) else None,
+                self._usage,
+                self._record,
+            )

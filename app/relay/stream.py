@@ -7,16 +7,19 @@ events sent, and one histogram observation. JSON is parsed only until the
 first token and for the final usage chunk. The sends around it are
 ``app.relay.sse``; the client and the drain are watched by ``app.flight``.
 
-Each route's stream has its own rules, in a relay of its own: a chat or
-completion stream here, one whose chunks each carry the usage so far
-(``app.relay.exact``: a stream charged to a key), the Responses API's named
-events (``app.relay.responses``). ``relay_for`` picks one per request.
+Each route's stream has its own rules, as a small variation of this relay:
+a chat or completion stream here, one whose chunks each carry the usage so
+far (``app.relay.exact``: a stream charged to a key), the Responses API's
+named events (``app.relay.responses``). ``relay_for`` picks one per request,
+by its route's stream kind (``app.routes``).
 """
 
 from app.errors import UpstreamFailed
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.relay.events import EventSplitter, event_json, has_content, split_events
+from app.relay.usage import take_usage
+from app.routes import UsageNames
 
 _USAGE = b'"usage":{'
 _ERROR = b'data: {"error"'
@@ -24,15 +27,25 @@ _DONE = b"data: [DONE]"
 
 
 class StreamRelay:
+    """The relay of a stream of OpenAI's chunks, and the frame of every
+    route's: a route's own stream overrides what it reads in the events
+    (``_first_token_in``, ``_read``, ``_count_sent``), never the path itself."""
+
     # What ends a whole stream.
     END = "[DONE]"
 
     def __init__(
-        self, record: RequestRecord, metrics: GatewayMetrics, *, forward_usage: bool
+        self,
+        record: RequestRecord,
+        metrics: GatewayMetrics,
+        *,
+        usage: UsageNames,
+        forward_usage: bool,
     ) -> None:
         self._record = record
         self._inter_token = metrics.inter_token
         self._ttft = metrics.ttft
+        self._usage = usage
         self._forward_usage = forward_usage
         self._splitter = EventSplitter()
         self._last_sent = 0.0
@@ -49,16 +62,12 @@ class StreamRelay:
         if not data:
             return data
         record = self._record
-        if record.first_token_at is None:
-            self._look_for_first_token(data, now)
-        if _USAGE in data:
-            data = self._take_usage(data)
-        if _DONE in data:
-            self._saw_done = True
-        if _ERROR in data:
-            self._engine_error = True
+        if record.first_token_at is None and self._first_token_in(data):
+            record.first_token(now)
+            self._ttft.observe(now - record.arrival, record.exemplar())
+        data = self._read(data)
         if data and record.first_token_at is not None:
-            self._events += data.count(b"data: {")
+            self._count_sent(data)
             if self._last_sent:
                 self._inter_token.observe(now - self._last_sent)
             self._last_sent = now
@@ -81,28 +90,37 @@ class StreamRelay:
     def count_partial_output(self) -> None:
         """A stream that ended early has no usage chunk: count what it sent
         (one token per content chunk, as the engine streams them)."""
-        record = self._record
-        if record.completion_tokens is None and self._events:
-            record.completion_tokens = self._events
+        self._record.output_at_least(self._events)
 
-    def _look_for_first_token(self, data: bytes, now: float) -> None:
-        for event in split_events(data):
-            if has_content(event_json(event)):
-                record = self._record
-                record.first_token_at = now
-                record.phase = "streaming"
-                self._ttft.observe(now - record.arrival, record.exemplar())
-                return
+    # --- what a route's stream says in its events -------------------------------
+
+    def _first_token_in(self, data: bytes) -> bool:
+        return any(has_content(event_json(event)) for event in split_events(data))
+
+    def _read(self, data: bytes) -> bytes:
+        """Take what ``data``'s events say (usage, the end, an engine
+        error); return what of them goes to the client."""
+        if _USAGE in data:
+            data = self._take_usage(data)
+        if _DONE in data:
+            self._saw_done = True
+        if _ERROR in data:
+            self._engine_error = True
+        return data
+
+    def _count_sent(self, data: bytes) -> None:
+        self._events += data.count(b"data: {")
 
     def _take_usage(self, data: bytes) -> bytes:
         kept = []
         for event in split_events(data):
             if _USAGE in event:
                 chunk = event_json(event)
-                usage = chunk.get("usage") if isinstance(chunk, dict) else None
-                if isinstance(usage, dict):
-                    self._record.prompt_tokens = usage.get("prompt_tokens")
-                    self._record.completion_tokens = usage.get("completion_tokens")
+                take_usage(
+                    chunk.get("usage") if isinstance(chunk, dict) else None,
+                    self._usage,
+                    self._record,
+                )
                 # Only the usage-only chunk (no choices) is the gateway's to
                 # drop; a content chunk that carries usage too (continuous
                 # usage stats) always goes through.

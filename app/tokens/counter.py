@@ -35,6 +35,7 @@ from prometheus_client import Counter
 from app.engine.client import EngineClient
 from app.engine.pool import EnginePool
 from app.errors import EngineStatusError, GatewayError, InvalidRequest
+from app.routes import ROUTES
 from app.settings import Settings
 from app.tokens.engine import EngineTokenize
 from app.tokens.local import ModelTokenizer, TemplateRefused, TokenizerFiles
@@ -65,7 +66,8 @@ class PromptCounter:
         them (else left to the estimate)."""
         if all(prompt.ids for prompt in job.prompts):
             return job
-        if job.route == "responses":
+        counted_as = ROUTES[job.route].counted_as
+        if counted_as == "converted_chat":
             if job.tokenize_body is None:
                 self._counted.labels("estimate").inc()
                 return job
@@ -88,7 +90,7 @@ class PromptCounter:
         local: ModelTokenizer | None,
         request_id: str,
     ) -> tuple[int, ...]:
-        chat = job.route in ("chat", "responses")
+        chat = ROUTES[job.route].counted_as != "text"
         # vLLM's defaults: a completion's prompt gets the tokenizer's special
         # tokens (BOS), a rendered chat only what its template writes.
         special = bool(body.get("add_special_tokens", not chat))

@@ -8,6 +8,7 @@ wrote them for one chat request with and without ``continuous_usage_stats``
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord, Telemetry
 from app.relay.exact import ExactUsageRelay
+from app.routes import OPENAI_USAGE
 
 HEAD = b'data: {"id":"chatcmpl-a8c0","object":"chat.completion.chunk","created":1796174034,"model":"tiny","choices":[{"index":0,'  # noqa: E501
 ROLE = b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'
@@ -51,6 +52,7 @@ def relay(
         ExactUsageRelay(
             record,
             metrics,
+            usage=OPENAI_USAGE,
             forward_usage=forward_usage,
             forward_chunk_usage=forward_chunk_usage,
             prompts=prompts,

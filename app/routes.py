@@ -1,0 +1,145 @@
+"""The API routes the gateway admits, one entry each: everything a route
+needs said about it, in one place.
+
+The entry point finds a request's route here by its path; the flight calls
+the engine's path; validation reads the body with the route's parser and
+names its prompt's field in errors; admission's estimate starts from the
+route's template cost; the relays read usage by the route's field names and
+frame its stream by its kind; the metrics label by its name. Every field
+of ``ApiRoute`` is required, and the table must name every ``Route``: a
+route added without one of its pieces fails at import, not later through a
+default that happened to fit another route.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from app.bodies import Parsed, Route
+from app.bodies.completions import parse_chat, parse_completion
+from app.bodies.embeddings import parse_embedding
+from app.bodies.responses import parse_responses
+
+__all__ = ["ROUTES", "ApiRoute", "Route", "StreamKind", "UsageNames", "route_at"]
+
+# How a route's stream is framed and how it ends: OpenAI's chunks ended by
+# ``data: [DONE]`` (``app.relay.stream``), or the Responses API's named
+# events ended by ``response.completed`` (``app.relay.responses``). None: the
+# route never streams.
+StreamKind = Literal["chunks", "responses"]
+# How the gateway counts a prompt's tokens: as a completion's text, as a
+# rendered chat, or as the chat its body converts to (``Parsed.tokenize_body``;
+# without one, it is estimated).
+CountedAs = Literal["text", "chat", "converted_chat"]
+
+
+@dataclass(frozen=True)
+class UsageNames:
+    """The fields of an answer's ``usage`` object that count its prompt and
+    its output."""
+
+    prompt: str
+    output: str
+
+
+OPENAI_USAGE = UsageNames("prompt_tokens", "completion_tokens")
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    name: Route
+    # Where clients send it, and where the engine serves it.
+    path: str
+    engine_path: str
+    parse: Callable[[dict[str, Any]], Parsed]
+    # The body field a prompt comes in (the ``param`` of errors about it).
+    prompt_param: str
+    # Tokens a prompt costs before its text (a chat template's), until the
+    # estimate has learnt the route's own (``app.admission.estimate``).
+    template_tokens: float
+    counted_as: CountedAs
+    usage: UsageNames
+    stream: StreamKind | None
+    # Its prompts share the engine's prefix cache only within a cache salt
+    # (a route that generates nothing caches nothing worth isolating).
+    salted: bool
+    # The engine keeps the answer under an id the gateway gives it (a
+    # response that a later one may continue).
+    stored: bool
+
+
+_TABLE = (
+    ApiRoute(
+        name="chat",
+        path="/v1/chat/completions",
+        engine_path="/v1/chat/completions",
+        parse=parse_chat,
+        prompt_param="messages",
+        template_tokens=16.0,
+        counted_as="chat",
+        usage=OPENAI_USAGE,
+        stream="chunks",
+        salted=True,
+        stored=False,
+    ),
+    ApiRoute(
+        name="completions",
+        path="/v1/completions",
+        engine_path="/v1/completions",
+        parse=parse_completion,
+        prompt_param="prompt",
+        template_tokens=1.0,
+        counted_as="text",
+        usage=OPENAI_USAGE,
+        stream="chunks",
+        salted=True,
+        stored=False,
+    ),
+    ApiRoute(
+        name="responses",
+        path="/v1/responses",
+        engine_path="/v1/responses",
+        parse=parse_responses,
+        prompt_param="input",
+        template_tokens=16.0,
+        counted_as="converted_chat",
+        usage=UsageNames("input_tokens", "output_tokens"),
+        stream="responses",
+        salted=True,
+        stored=True,
+    ),
+    ApiRoute(
+        name="embeddings",
+        path="/v1/embeddings",
+        engine_path="/v1/embeddings",
+        parse=parse_embedding,
+        prompt_param="input",
+        template_tokens=1.0,
+        counted_as="text",
+        usage=OPENAI_USAGE,
+        stream=None,
+        salted=False,
+        stored=False,
+    ),
+)
+
+
+def indexed(table: tuple[ApiRoute, ...]) -> tuple[Mapping[Route, ApiRoute], Mapping[str, ApiRoute]]:
+    """The table by route and by path; a ``ValueError`` unless it names
+    every route once, each at a path of its own."""
+    by_name = {route.name: route for route in table}
+    by_path = {route.path: route for route in table}
+    missing = sorted(set(get_args(Route)) - set(by_name))
+    if missing:
+        raise ValueError(f"the route table has no entry for {', '.join(missing)}")
+    if len(by_name) != len(table) or len(by_path) != len(table):
+        raise ValueError("the route table names a route, or a path, twice")
+    return by_name, by_path
+
+
+ROUTES, _BY_PATH = indexed(_TABLE)
+
+
+def route_at(path: str) -> ApiRoute | None:
+    """The admitted route clients reach at ``path``, if any."""
+    return _BY_PATH.get(path)

@@ -1,0 +1,116 @@
+"""The route table (``app.routes``): every admitted route is reached at its
+path, sent to the engine's, its answer's usage read by its own field names
+and counted under its name; a table that misses a route, or names one
+twice, is refused; and vLLM's routes the table does not name are not
+reachable through the gateway. In-process, against a scripted engine."""
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from app.routes import ROUTES, ApiRoute, indexed
+from tests.support.asgi import in_process_gateway
+from tests.support.scripted_engine import MODEL
+
+# A small body for each admitted route: a route added to the table without
+# one here fails below.
+BODIES: dict[str, dict[str, Any]] = {
+    "chat": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    "completions": {"model": MODEL, "prompt": "hi", "max_tokens": 4},
+    "responses": {"model": MODEL, "input": "hi", "max_output_tokens": 4},
+    "embeddings": {"model": MODEL, "input": "hi"},
+}
+
+# vLLM 0.32's routes that the gateway does not admit, on purpose: prompt
+# rendering without generation, its other generate API, elastic scaling,
+# and the operator routes (weights, sleep, profiling, caches, LoRA loading)
+# that are the engine's operator's, not an API client's.
+NOT_ADMITTED = (
+    "/v1/chat/completions/render",
+    "/v1/chat/completions/derender",
+    "/v1/completions/render",
+    "/v1/completions/derender",
+    "/v1/responses/render",
+    "/v1/messages/render",
+    "/inference/v1/generate",
+    "/inference/v1/abort_requests",
+    "/v2/embed",
+    "/generative_scoring",
+    "/scale_elastic_ep",
+    "/is_scaling_elastic_ep",
+    "/v1/load_lora_adapter",
+    "/v1/unload_lora_adapter",
+    "/reset_prefix_cache",
+    "/sleep",
+    "/wake_up",
+    "/collective_rpc",
+    "/update_weights",
+    "/start_profile",
+    "/abort_requests",
+    "/pause",
+    "/server_info",
+    "/invocations",
+)
+# vLLM's routes that are not admitted yet: Anthropic Messages, batch chat,
+# the pooling and the audio routes.
+NOT_YET = (
+    "/v1/messages",
+    "/v1/messages/count_tokens",
+    "/v1/chat/completions/batch",
+    "/pooling",
+    "/classify",
+    "/score",
+    "/v1/score",
+    "/rerank",
+    "/v1/rerank",
+    "/v2/rerank",
+    "/v1/audio/transcriptions",
+    "/v1/audio/translations",
+)
+
+
+@pytest.mark.parametrize("route", ROUTES.values(), ids=lambda route: route.name)
+async def test_each_route_is_reached_at_its_path_and_counted_under_its_name(
+    route: ApiRoute,
+) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = gateway.request(route.path, BODIES[route.name])
+        call = await gateway.engine.calls.get()
+        assert call.path == route.engine_path
+        usage = {route.usage.prompt: 7, route.usage.output: 3}
+        call.answer(200, {"usage": usage})
+        await exchange.done()
+        assert exchange.status == 200
+        completed = {"route": route.name, "outcome": "completed"}
+        assert gateway.metric("gateway_requests_total", **completed) == 1
+        assert gateway.metric("gateway_tokens_total", kind="prompt") == 7
+        assert gateway.metric("gateway_tokens_total", kind="completion") == 3
+        assert gateway.settled()
+
+
+def test_a_table_without_a_routes_entry_is_refused() -> None:
+    table = tuple(route for route in ROUTES.values() if route.name != "embeddings")
+    with pytest.raises(ValueError, match="no entry for embeddings"):
+        indexed(table)
+
+
+def test_a_table_that_names_a_path_twice_is_refused() -> None:
+    chat, completions = ROUTES["chat"], ROUTES["completions"]
+    table = (*ROUTES.values(), chat)
+    with pytest.raises(ValueError, match="twice"):
+        indexed(table)
+    aliased = tuple(r for r in ROUTES.values() if r is not completions)
+    with pytest.raises(ValueError, match="twice"):
+        indexed((*aliased, replace(completions, path=chat.path)))
+
+
+@pytest.mark.parametrize("path", NOT_ADMITTED + NOT_YET)
+async def test_what_the_table_does_not_name_is_not_reachable(path: str) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(path, {"model": MODEL}).done()
+        # /v1/responses/render is a stored response's path to the gateway,
+        # which only GETs it: a 405 naming GET.
+        assert exchange.status == (405 if path == "/v1/responses/render" else 404)
+        assert exchange.json()["error"]["type"] == "invalid_request_error"
+        assert gateway.engine.calls.empty()
