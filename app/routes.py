@@ -15,13 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from app.bodies import Parsed, Route
+from app.bodies import Parsed
 from app.bodies.completions import parse_chat, parse_completion
 from app.bodies.embeddings import parse_embedding
 from app.bodies.responses import parse_responses
 
 __all__ = ["ROUTES", "ApiRoute", "Route", "StreamKind", "UsageNames", "route_at"]
 
+# The admitted routes' names (the metrics' ``route`` label).
+Route = Literal["chat", "completions", "responses", "embeddings"]
 # How a route's stream is framed and how it ends: OpenAI's chunks ended by
 # ``data: [DONE]`` (``app.relay.stream``), or the Responses API's named
 # events ended by ``response.completed`` (``app.relay.responses``). None: the

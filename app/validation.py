@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from starlette.requests import ClientDisconnect, Request
 
-from app.bodies import Parsed, Prompt, Route
+from app.bodies import Parsed, Prompt
 from app.errors import (
     BodyTimeout,
     BodyTooLarge,
@@ -29,7 +29,7 @@ from app.errors import (
     UnsupportedMediaType,
 )
 from app.owned_fields import CacheScope, owned_body
-from app.routes import ROUTES
+from app.routes import ROUTES, Route
 
 __all__ = [
     "CompletionJob",

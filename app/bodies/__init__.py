@@ -1,6 +1,6 @@
 """Reading each API route's body into one ``Parsed`` (each route's parser
 is its entry's in ``app.routes``)."""
 
-from app.bodies.base import Parsed, Prompt, Route
+from app.bodies.base import Parsed, Prompt
 
-__all__ = ["Parsed", "Prompt", "Route"]
+__all__ = ["Parsed", "Prompt"]

@@ -8,13 +8,11 @@ size) are ``app.validation``'s, on the ``Parsed`` alone.
 """
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 
 from app.errors import InvalidRequest
-
-Route = Literal["chat", "completions", "responses", "embeddings"]
 
 
 @dataclass(frozen=True)
