@@ -63,7 +63,7 @@ from app.record import RequestRecord
 from app.relay.pick import relay_for
 from app.relay.sse import StreamSender
 from app.relay.stream import StreamRelay
-from app.relay.usage import take_answer_usage
+from app.relay.usage import answer_usage
 from app.request_id import HEADER
 from app.responses import error_response
 from app.routes import ROUTES
@@ -256,7 +256,7 @@ class Flight:
     async def _relay_whole(self, upstream: EngineResponse) -> None:
         """A non-streaming answer: nothing reaches the client until it is whole."""
         content = await upstream.read()
-        take_answer_usage(content, self._route.usage, self.record)
+        self.record.used(*answer_usage(content, self._route.usage))
         self.record.finish("completed", status=upstream.status)
         self._conclude()
         response = Response(

@@ -18,7 +18,6 @@ known; a response id is a secret of whoever was given it (128 random bits).
 A response the memory says is another tenant's is not found.
 """
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,6 +27,8 @@ from urllib.parse import quote
 from app.engine.client import EngineClient
 from app.engine.pool import EnginePool
 from app.errors import EngineUnavailable, GatewayError, ResponseNotFound
+from app.relay.usage import answer_usage
+from app.routes import ROUTES
 
 # How long asking one engine for a response may take.
 LOOK_SECONDS = 5.0
@@ -119,8 +120,5 @@ class Responses:
 
 def _tokens(body: bytes) -> int:
     """A response's input and output tokens, from its ``usage``."""
-    try:
-        usage = json.loads(body).get("usage") or {}
-        return int(usage.get("input_tokens") or 0) + int(usage.get("output_tokens") or 0)
-    except (ValueError, AttributeError, TypeError):
-        return 0
+    prompt, output = answer_usage(body, ROUTES["responses"].usage)
+    return (prompt or 0) + (output or 0)

@@ -23,6 +23,7 @@ from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.relay.events import event_json, split_events
 from app.relay.stream import StreamRelay
+from app.relay.usage import usage_counts
 from app.routes import UsageNames
 
 _CHUNK_USAGE = b',"usage":{'
@@ -73,14 +74,14 @@ class ExactUsageRelay(StreamRelay):
         if record.completion_tokens is not None or not self._seen:
             super().count_partial_output()
             return
-        names, completion, prompts = self._usage, 0, set()
+        completion, prompts = 0, set()
         for usage in self._seen.values():
-            counts = event_json(b"data: " + usage) or {}
-            completion += int(counts.get(names.output) or 0)
-            prompts.add(counts.get(names.prompt))
+            prompt, output = usage_counts(event_json(b"data: " + usage), self._usage)
+            completion += output or 0
+            prompts.add(prompt)
         # One prompt's count, when every choice says the same of it.
         (prompt,) = prompts if self._prompts == 1 and len(prompts) == 1 else (None,)
-        record.used(prompt if isinstance(prompt, int) else None, completion)
+        record.used(prompt, completion)
 
 
 def _object_end(data: bytes, opening: int) -> int:

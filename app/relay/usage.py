@@ -12,22 +12,30 @@ import json
 from app.record import RequestRecord
 from app.routes import UsageNames
 
-
-def take_usage(usage: object, names: UsageNames, record: RequestRecord) -> None:
-    """Hand ``record`` the counts of a ``usage`` object (nothing, if it is
-    not one)."""
-    if isinstance(usage, dict):
-        record.used(_count(usage.get(names.prompt)), _count(usage.get(names.output)))
+Counts = tuple[int | None, int | None]
 
 
-def take_answer_usage(content: bytes, names: UsageNames, record: RequestRecord) -> None:
+def usage_counts(usage: object, names: UsageNames) -> Counts:
+    """The prompt's and the output's tokens that a ``usage`` object says
+    (None for what it does not say, or when it is not one)."""
+    if not isinstance(usage, dict):
+        return None, None
+    return _count(usage.get(names.prompt)), _count(usage.get(names.output))
+
+
+def answer_usage(content: bytes, names: UsageNames) -> Counts:
     """The usage at the top level of a whole (not streamed) answer."""
     try:
         answer = json.loads(content)
     except ValueError:
-        return
-    if isinstance(answer, dict):
-        take_usage(answer.get("usage"), names, record)
+        return None, None
+    return usage_counts(answer.get("usage") if isinstance(answer, dict) else None, names)
+
+
+def take_usage(usage: object, names: UsageNames, record: RequestRecord) -> None:
+    """Hand ``record`` what a ``usage`` object says, if it is one."""
+    if isinstance(usage, dict):
+        record.used(*usage_counts(usage, names))
 
 
 def _count(value: object) -> int | None:

@@ -1,0 +1,37 @@
+"""Reading usage by a route's field names (``app.relay.usage``): each
+route's own names, what is not a count left unknown, and an answer that is
+not JSON or has no usage read as nothing."""
+
+import pytest
+
+from app.relay.usage import answer_usage, usage_counts
+from app.routes import ROUTES, ApiRoute
+
+
+@pytest.mark.parametrize("route", ROUTES.values(), ids=lambda route: route.name)
+def test_each_route_is_read_by_its_own_names(route: ApiRoute) -> None:
+    names = route.usage
+    assert usage_counts({names.prompt: 9, names.output: 4}, names) == (9, 4)
+
+
+def test_the_responses_names_are_not_openais() -> None:
+    responses, chat = ROUTES["responses"].usage, ROUTES["chat"].usage
+    openai_shaped = {"prompt_tokens": 9, "completion_tokens": 4}
+    assert usage_counts(openai_shaped, responses) == (None, None)
+    assert usage_counts(openai_shaped, chat) == (9, 4)
+
+
+@pytest.mark.parametrize("value", [True, "9", 9.5, None, [9]])
+def test_what_is_not_a_count_is_unknown(value: object) -> None:
+    names = ROUTES["chat"].usage
+    assert usage_counts({names.prompt: value, names.output: 4}, names) == (None, 4)
+
+
+@pytest.mark.parametrize("content", [b"", b"not json", b"[1, 2]", b'{"usage": 3}', b"{}"])
+def test_an_answer_without_usage_says_nothing(content: bytes) -> None:
+    assert answer_usage(content, ROUTES["chat"].usage) == (None, None)
+
+
+def test_a_whole_answers_usage() -> None:
+    body = b'{"id": "x", "usage": {"input_tokens": 12, "output_tokens": 3}}'
+    assert answer_usage(body, ROUTES["responses"].usage) == (12, 3)
