@@ -7,7 +7,8 @@ for rejections, the ``reason`` label of ``gateway_rejections_total``.
 
 Nothing here imports the web framework: admission, keys and the relay raise
 these errors; ``app.responses`` is the one place that turns them into HTTP
-responses, and ``sse_error_event`` into the final event of a broken stream.
+responses, or into the final event of a broken stream, in the shape of the
+route's API (OpenAI's, or Anthropic's on the Messages routes).
 
 ``Retry-After`` is in whole seconds rounded up, at least 1: a client that
 waits it out is never early. Where a refusal's state says when the request
@@ -49,6 +50,10 @@ import math
 from typing import Any, Literal
 
 Outcome = Literal["completed", "rejected", "cancelled", "failed"]
+# Whose API an error is written for: OpenAI's ``{"error": {message, type,
+# param, code}}``, or Anthropic's ``{"type": "error", "error": {type,
+# message}}`` (``app.responses``).
+ErrorShape = Literal["openai", "anthropic"]
 # Every ``reason`` a rejection is counted under (``gateway_rejections_total``):
 # the ``reason`` of each error below whose outcome is ``rejected``.
 REJECTION_REASONS = (
@@ -337,27 +342,33 @@ class StoppedByShutdown(UpstreamFailed):
 
 class EngineStatusError(UpstreamFailed):
     """The engine answered with an error status; its body is passed on as is
-    when it is already OpenAI-shaped. A 4xx (other than 429) is the client's
-    error — a sampling parameter the engine refused —, so the request counts
+    when it is already in the shape the route's clients read (``shape``:
+    OpenAI's, or Anthropic's as vLLM's Messages routes answer). A 4xx (other
+    than 429) is the client's error — a sampling parameter the engine
+    refused —, so the request counts
     as ``rejected`` with reason ``engine_invalid``. An engine that answers
     is alive (vLLM's 503 for its queue cap is a busy engine): never ejected;
     its 5xx and 429 are tried elsewhere."""
 
     def __init__(self, status: int, content: bytes, retry_after: float | None = None) -> None:
-        parsed = _openai_error(content)
+        parsed = _engine_error(content)
         message = parsed["error"]["message"] if parsed else f"engine answered {status}"
         super().__init__(str(message), retry_after=retry_after)
         self.status = status
         self.retryable = status >= 500 or status == 429
         self.content = content if parsed else None
+        self.shape: ErrorShape | None = None
         if parsed:
             self.type = str(parsed["error"].get("type") or self.type)
+            self.shape = "anthropic" if parsed.get("type") == "error" else "openai"
         if 400 <= status < 500 and status != 429:
             self.outcome = "rejected"
             self.reason = "engine_invalid"
 
 
-def _openai_error(content: bytes) -> dict[str, Any] | None:
+def _engine_error(content: bytes) -> dict[str, Any] | None:
+    """The engine's error body, when it is one: an ``error`` object with a
+    ``message`` (OpenAI's shape, and Anthropic's inside its envelope)."""
     try:
         parsed = json.loads(content)
     except ValueError:
@@ -369,17 +380,3 @@ def _openai_error(content: bytes) -> dict[str, Any] | None:
     ):
         return parsed
     return None
-
-
-def sse_error_event(error: GatewayError, *, named: bool = False) -> bytes:
-    """The final event of a stream that cannot go on: one ``data:`` line with
-    the error object, as OpenAI's own streams do, and the wait its
-    ``Retry-After`` would have said (whole seconds, ``retry_after``) where
-    it has one: the response's head went out before the refusal.
-    ``named``: with an ``event: error`` line (a stream of named events, the
-    Responses API's)."""
-    body = error.body()
-    if error.retry_after is not None:
-        body["error"]["retry_after"] = max(1, math.ceil(error.retry_after))
-    payload = json.dumps(body, separators=(",", ":"))
-    return (b"event: error\n" if named else b"") + b"data: " + payload.encode() + b"\n\n"

@@ -55,7 +55,6 @@ from app.errors import (
     InternalError,
     SlowReader,
     StoppedByShutdown,
-    sse_error_event,
 )
 from app.logs import left_unfinished
 from app.queue_status import asked, reporting
@@ -65,7 +64,7 @@ from app.relay.sse import StreamSender
 from app.relay.stream import StreamRelay
 from app.relay.usage import answer_usage
 from app.request_id import HEADER
-from app.responses import error_response
+from app.responses import error_event, error_response
 from app.routes import ROUTES
 from app.routing.base import RouteRequest
 from app.routing.filters import eligible
@@ -346,10 +345,11 @@ class Flight:
             error.retry_after = self._services.settings.retry_after_unavailable
         self.trace.answered_error(error)
         if self._sender is not None:
-            event = sse_error_event(error, named=self._route.stream == "responses")
+            named = self._route.stream != "chunks"
+            event = error_event(error, self._route.errors, named=named)
             await self._sender.end(event, within=_FAREWELL_SECONDS)
             return
-        response = error_response(error)
+        response = error_response(error, self._route.errors)
         response.headers.update(self._headers)
         await response(self._request.scope, self._request.receive, self._send)
 

@@ -19,6 +19,7 @@ from app.bodies import Parsed
 from app.bodies.completions import parse_chat, parse_completion
 from app.bodies.embeddings import parse_embedding
 from app.bodies.responses import parse_responses
+from app.errors import ErrorShape
 
 __all__ = ["ROUTES", "ApiRoute", "Route", "StreamKind", "UsageNames", "route_at"]
 
@@ -68,6 +69,8 @@ class ApiRoute:
     # The engine keeps the answer under an id the gateway gives it (a
     # response that a later one may continue).
     stored: bool
+    # The shape its clients read errors in (``app.responses``).
+    errors: ErrorShape
 
 
 _TABLE = (
@@ -83,6 +86,7 @@ _TABLE = (
         stream="chunks",
         salted=True,
         stored=False,
+        errors="openai",
     ),
     ApiRoute(
         name="completions",
@@ -96,6 +100,7 @@ _TABLE = (
         stream="chunks",
         salted=True,
         stored=False,
+        errors="openai",
     ),
     ApiRoute(
         name="responses",
@@ -109,6 +114,7 @@ _TABLE = (
         stream="responses",
         salted=True,
         stored=True,
+        errors="openai",
     ),
     ApiRoute(
         name="embeddings",
@@ -122,6 +128,7 @@ _TABLE = (
         stream=None,
         salted=False,
         stored=False,
+        errors="openai",
     ),
 )
 

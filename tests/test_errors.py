@@ -17,9 +17,9 @@ from app.errors import (
     UpstreamFailed,
     UpstreamTimeout,
     UpstreamUnreachable,
-    sse_error_event,
 )
 from app.metrics import GatewayMetrics
+from app.responses import error_event
 from tests.support.asgi import in_process_gateway
 from tests.support.scripted_engine import MODEL, ScriptedEngine
 from tests.support.wait import wait_for
@@ -36,7 +36,7 @@ def test_an_engine_4xx_is_the_clients_error_and_a_5xx_a_failure() -> None:
 
 
 def test_a_stream_error_is_one_data_event() -> None:
-    event = sse_error_event(UpstreamTimeout("idle"))
+    event = error_event(UpstreamTimeout("idle"))
     assert event.startswith(b"data: {")
     assert event.endswith(b"\n\n")
     assert event.count(b"\n\n") == 1

@@ -23,7 +23,7 @@ from app.errors import MethodNotAllowed
 from app.pipeline import serve_completion
 from app.request_id import HEADER, current_request_id, pick_request_id
 from app.responses import error_response
-from app.routes import Route, route_at
+from app.routes import ApiRoute, route_at
 from app.services import Services
 
 
@@ -37,7 +37,7 @@ class Gateway(FastAPI):
             route = route_at(scope["path"])
             if route is not None and not self._on_admin_port(scope):
                 scope["app"] = self
-                await _serve(route.name, scope, receive, send)
+                await _serve(route, scope, receive, send)
                 return
         await super().__call__(scope, receive, send)
 
@@ -46,18 +46,18 @@ class Gateway(FastAPI):
         return self._admin_port is not None and server[1] == self._admin_port
 
 
-async def _serve(route: Route, scope: Scope, receive: Receive, send: Send) -> None:
+async def _serve(route: ApiRoute, scope: Scope, receive: Receive, send: Send) -> None:
     request_id = pick_request_id(scope)
     scope.setdefault("state", {})["request_id"] = request_id
     token = current_request_id.set(request_id)
     try:
         if scope["method"] != "POST":
-            response = error_response(MethodNotAllowed("POST"))
+            response = error_response(MethodNotAllowed("POST"), route.errors)
             response.headers[HEADER] = request_id
             await response(scope, receive, send)
             return
         request = Request(scope, receive, send)
         services: Services = request.state.services
-        await serve_completion(request, route, services, send)
+        await serve_completion(request, route.name, services, send)
     finally:
         current_request_id.reset(token)
