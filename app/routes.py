@@ -18,18 +18,19 @@ from typing import Any, Literal, get_args
 from app.bodies import Parsed
 from app.bodies.completions import parse_chat, parse_completion
 from app.bodies.embeddings import parse_embedding
+from app.bodies.messages import parse_messages
 from app.bodies.responses import parse_responses
 from app.errors import ErrorShape
 
 __all__ = ["ROUTES", "ApiRoute", "Route", "StreamKind", "UsageNames", "route_at"]
 
 # The admitted routes' names (the metrics' ``route`` label).
-Route = Literal["chat", "completions", "responses", "embeddings"]
+Route = Literal["chat", "completions", "responses", "messages", "embeddings"]
 # How a route's stream is framed and how it ends: OpenAI's chunks ended by
-# ``data: [DONE]`` (``app.relay.stream``), or the Responses API's named
-# events ended by ``response.completed`` (``app.relay.responses``). None: the
-# route never streams.
-StreamKind = Literal["chunks", "responses"]
+# ``data: [DONE]`` (``app.relay.stream``), the Responses API's named events
+# ended by ``response.completed``, Anthropic's ended by ``message_stop``
+# (``app.relay.named``). None: the route never streams.
+StreamKind = Literal["chunks", "responses", "messages"]
 # How the gateway counts a prompt's tokens: as a completion's text, as a
 # rendered chat, or as the chat its body converts to (``Parsed.tokenize_body``;
 # without one, it is estimated).
@@ -38,14 +39,15 @@ CountedAs = Literal["text", "chat", "converted_chat"]
 
 @dataclass(frozen=True)
 class UsageNames:
-    """The fields of an answer's ``usage`` object that count its prompt and
-    its output."""
+    """The fields of an answer's ``usage`` object that count its prompt (the
+    sum of those present: Anthropic's counts the prompt's cache reads and
+    writes apart from the rest of its input) and its output."""
 
-    prompt: str
+    prompt: tuple[str, ...]
     output: str
 
 
-OPENAI_USAGE = UsageNames("prompt_tokens", "completion_tokens")
+OPENAI_USAGE = UsageNames(("prompt_tokens",), "completion_tokens")
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,30 @@ _TABLE = (
         prompt_param="input",
         template_tokens=16.0,
         counted_as="converted_chat",
-        usage=UsageNames("input_tokens", "output_tokens"),
+        usage=UsageNames(("input_tokens",), "output_tokens"),
         stream="responses",
         salted=True,
         stored=True,
         errors="openai",
+    ),
+    ApiRoute(
+        name="messages",
+        path="/v1/messages",
+        engine_path="/v1/messages",
+        parse=parse_messages,
+        prompt_param="messages",
+        template_tokens=16.0,
+        counted_as="converted_chat",
+        # Anthropic counts the prompt's cache reads and writes apart from
+        # the rest of its input: the prompt is their sum.
+        usage=UsageNames(
+            ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"),
+            "output_tokens",
+        ),
+        stream="messages",
+        salted=True,
+        stored=False,
+        errors="anthropic",
     ),
     ApiRoute(
         name="embeddings",

@@ -19,6 +19,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "chat": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     "completions": {"model": MODEL, "prompt": "hi", "max_tokens": 4},
     "responses": {"model": MODEL, "input": "hi", "max_output_tokens": 4},
+    "messages": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     "embeddings": {"model": MODEL, "input": "hi"},
 }
 
@@ -52,11 +53,9 @@ NOT_ADMITTED = (
     "/server_info",
     "/invocations",
 )
-# vLLM's routes that are not admitted yet: Anthropic Messages, batch chat,
-# the pooling and the audio routes.
+# vLLM's routes that are not admitted yet: batch chat, the pooling and the
+# audio routes.
 NOT_YET = (
-    "/v1/messages",
-    "/v1/messages/count_tokens",
     "/v1/chat/completions/batch",
     "/pooling",
     "/classify",
@@ -78,7 +77,7 @@ async def test_each_route_is_reached_at_its_path_and_counted_under_its_name(
         exchange = gateway.request(route.path, BODIES[route.name])
         call = await gateway.engine.calls.get()
         assert call.path == route.engine_path
-        usage = {route.usage.prompt: 7, route.usage.output: 3}
+        usage = {route.usage.prompt[0]: 7, route.usage.output: 3}
         call.answer(200, {"usage": usage})
         await exchange.done()
         assert exchange.status == 200

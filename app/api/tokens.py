@@ -1,10 +1,13 @@
-"""vLLM's ``/tokenize`` and ``/detokenize``, passed through to an engine
-that serves the model.
+"""vLLM's ``/tokenize``, ``/detokenize`` and Anthropic's
+``/v1/messages/count_tokens``, passed through to an engine that serves the
+model.
 
 Authenticated as every API route is, and logged (one access-log line), but
 not admitted: they hold no KV cache and run in the engine's API server, not
 its scheduler. The body goes to the engine as the client sent it; what it
-answers (its validation errors included) comes back as it is.
+answers (its validation errors included) comes back as it is. The gateway's
+own errors are in the shape of the route's API: Anthropic's on
+``count_tokens``.
 """
 
 import json
@@ -15,7 +18,13 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import ServicesDep
-from app.errors import EngineUnavailable, GatewayError, InvalidRequest, ModelNotFound
+from app.errors import (
+    EngineUnavailable,
+    ErrorShape,
+    GatewayError,
+    InvalidRequest,
+    ModelNotFound,
+)
 from app.keys.identify import authenticate
 from app.request_id import current_request_id
 from app.responses import error_response
@@ -35,7 +44,14 @@ async def detokenize(request: Request, services: ServicesDep) -> Response:
     return await _pass_through("/detokenize", request, services)
 
 
-async def _pass_through(path: str, request: Request, services: Services) -> Response:
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(request: Request, services: ServicesDep) -> Response:
+    return await _pass_through("/v1/messages/count_tokens", request, services, "anthropic")
+
+
+async def _pass_through(
+    path: str, request: Request, services: Services, shape: ErrorShape = "openai"
+) -> Response:
     arrival, key_id = time.perf_counter(), None
     settings = services.settings
     try:
@@ -52,7 +68,7 @@ async def _pass_through(path: str, request: Request, services: Services) -> Resp
             answer.close()
         response = Response(content, status_code=answer.status, media_type="application/json")
     except GatewayError as error:
-        response = error_response(error)
+        response = error_response(error, shape)
     services.telemetry.uncounted(path.lstrip("/"), response.status_code, arrival, key_id)
     return response
 

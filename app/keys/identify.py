@@ -1,15 +1,19 @@
 """Who a request is for, from its headers.
 
-With keys configured, the key decides: ``Authorization: Bearer <key>`` is
+With keys configured, the key decides: ``Authorization: Bearer <key>``, or
+``x-api-key: <key>`` as the ``anthropic`` SDK sends it (on every route), is
 looked up by its hash, the tenant is the key's (``X-Tenant-Id`` cannot change
 it), and ``X-Priority`` may only name a priority the key allows (without the
 header: ``normal`` if allowed, else the key's first). Without keys, the
 tenant comes from ``X-Tenant-Id`` (default ``anonymous``) and any priority
 may be asked for.
 
-A request with two ``Authorization`` headers is refused whatever they say:
-reading one of them would serve the request as that key's tenant, and which
-one a proxy in front reads may differ.
+A request that presents its key twice is refused unless both say the
+same key: two ``Authorization`` headers whatever they say, two
+``x-api-key`` headers, or an ``Authorization`` and an ``x-api-key`` that
+differ (a bearer that is not the same key, or another scheme). Reading one
+of them would serve the request as that key's tenant, and which one a proxy
+in front reads may differ.
 """
 
 from typing import Literal
@@ -52,22 +56,47 @@ def identify(headers: Headers, ring: KeyRing | None) -> tuple[Identity, KeyEntry
 
 
 def authenticate(headers: Headers, ring: KeyRing) -> KeyEntry:
-    """The key presented in ``Authorization``, or ``Unauthorized``. The
-    message never repeats what was presented."""
-    if len(headers.getlist("authorization")) > 1:
+    """The key presented in ``Authorization`` or ``x-api-key``, or
+    ``Unauthorized``. The message never repeats what was presented."""
+    key, param = presented_key(headers)
+    if key is None:
+        raise Unauthorized(
+            "no API key: send it as `Authorization: Bearer <key>` or `x-api-key: <key>`",
+            param="Authorization",
+        )
+    entry = ring.lookup(key)
+    if entry is None:
+        raise Unauthorized("incorrect API key provided", param=param)
+    return entry
+
+
+def presented_key(headers: Headers) -> tuple[str | None, str]:
+    """The key a request presents, and the header it came in; a request
+    that presents two keys, or one twice in different words, is refused."""
+    authorizations, api_keys = headers.getlist("authorization"), headers.getlist("x-api-key")
+    if len(authorizations) > 1:
         raise InvalidRequest(
             "two Authorization headers; send one, `Authorization: Bearer <key>`",
             param="Authorization",
         )
-    value = headers.get("authorization") or ""
-    if not value[: len(_BEARER)].lower() == _BEARER or not value[len(_BEARER) :].strip():
-        raise Unauthorized(
-            "no API key: send it as `Authorization: Bearer <key>`", param="Authorization"
+    if len(api_keys) > 1:
+        raise InvalidRequest("two x-api-key headers; send one", param="x-api-key")
+    bearer = _bearer(authorizations[0]) if authorizations else None
+    api_key = api_keys[0].strip() or None if api_keys else None
+    if authorizations and api_keys and bearer != api_key:
+        raise InvalidRequest(
+            "Authorization and x-api-key present different keys; send one of them",
+            param="x-api-key",
         )
-    entry = ring.lookup(value[len(_BEARER) :].strip())
-    if entry is None:
-        raise Unauthorized("incorrect API key provided", param="Authorization")
-    return entry
+    if bearer is not None:
+        return bearer, "Authorization"
+    return api_key, "x-api-key"
+
+
+def _bearer(value: str) -> str | None:
+    if value[: len(_BEARER)].lower() != _BEARER:
+        return None
+    return value[len(_BEARER) :].strip() or None
 
 
 def cache_scope(key: KeyEntry | None, isolation: Literal["tenant", "off"]) -> CacheScope | None:

@@ -7,7 +7,7 @@ from typing import get_args
 from app.metrics import GatewayMetrics
 from app.record import RequestRecord
 from app.relay.exact import ExactUsageRelay
-from app.relay.responses import ResponsesRelay
+from app.relay.named import MESSAGES, RESPONSES, Framing, NamedEventRelay
 from app.relay.stream import StreamRelay
 from app.routes import ROUTES, StreamKind
 from app.validation import CompletionJob
@@ -31,14 +31,23 @@ def _chunks(
     return StreamRelay(record, metrics, usage=usage, forward_usage=job.wants_usage)
 
 
-def _responses(
-    job: CompletionJob, record: RequestRecord, metrics: GatewayMetrics, charged: bool
-) -> StreamRelay:
-    usage = ROUTES[job.route].usage
-    return ResponsesRelay(record, metrics, usage=usage, exact=charged, most=job.max_tokens)
+def _named(framing: Framing) -> _Make:
+    def make(
+        job: CompletionJob, record: RequestRecord, metrics: GatewayMetrics, charged: bool
+    ) -> StreamRelay:
+        usage = ROUTES[job.route].usage
+        return NamedEventRelay(
+            record, metrics, framing=framing, usage=usage, exact=charged, most=job.max_tokens
+        )
+
+    return make
 
 
-_RELAYS: dict[StreamKind, _Make] = {"chunks": _chunks, "responses": _responses}
+_RELAYS: dict[StreamKind, _Make] = {
+    "chunks": _chunks,
+    "responses": _named(RESPONSES),
+    "messages": _named(MESSAGES),
+}
 if set(_RELAYS) != set(get_args(StreamKind)):
     raise ImportError("every stream kind needs its relay")
 

@@ -20,7 +20,8 @@ def usage_counts(usage: object, names: UsageNames) -> Counts:
     (None for what it does not say, or when it is not one)."""
     if not isinstance(usage, dict):
         return None, None
-    return _count(usage.get(names.prompt)), _count(usage.get(names.output))
+    parts = [count for name in names.prompt if (count := _count(usage.get(name))) is not None]
+    return (sum(parts) if parts else None), _count(usage.get(names.output))
 
 
 def answer_usage(content: bytes, names: UsageNames) -> Counts:

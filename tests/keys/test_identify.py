@@ -77,6 +77,39 @@ def test_two_authorization_headers_are_400_whatever_they_say(values: tuple[str, 
     assert "k1" not in caught.value.message
 
 
+def test_x_api_key_presents_a_key_as_authorization_does() -> None:
+    """As the ``anthropic`` SDK sends it."""
+    identity, key = identify(Headers({"x-api-key": "k1"}), RING)
+    assert (identity.tenant, key) == ("acme", BATCH)
+    with pytest.raises(Unauthorized) as caught:
+        identify(Headers({"x-api-key": "wrong"}), RING)
+    assert caught.value.param == "x-api-key"
+    assert "wrong" not in caught.value.message
+
+
+def test_both_headers_saying_the_same_key_are_that_key() -> None:
+    headers = {"authorization": "Bearer k1", "x-api-key": "k1"}
+    assert identify(Headers(headers), RING)[1] == BATCH
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [(b"authorization", b"Bearer k1"), (b"x-api-key", b"k2")],
+        [(b"authorization", b"Basic k1"), (b"x-api-key", b"k1")],
+        [(b"authorization", b"Bearer wrong"), (b"x-api-key", b"k1")],
+        [(b"x-api-key", b"k1"), (b"x-api-key", b"k1")],
+        [(b"x-api-key", b"k1"), (b"x-api-key", b"k2")],
+    ],
+    ids=["two keys", "another scheme", "a wrong bearer", "x-api-key twice", "two x-api-keys"],
+)
+def test_a_key_presented_twice_in_different_words_is_400(raw: list[tuple[bytes, bytes]]) -> None:
+    """Which of them a proxy in front reads may differ: neither is served."""
+    with pytest.raises(InvalidRequest) as caught:
+        identify(Headers(raw=raw), RING)
+    assert caught.value.status == 400
+
+
 def test_a_key_is_kept_to_its_tenants_prefix_cache_unless_it_shares() -> None:
     shares = BATCH.model_copy(update={"shared_prefix_cache": True})
     assert cache_scope(BATCH, "tenant") == CacheScope("acme")

@@ -11,7 +11,7 @@ from app.routes import ROUTES, ApiRoute
 @pytest.mark.parametrize("route", ROUTES.values(), ids=lambda route: route.name)
 def test_each_route_is_read_by_its_own_names(route: ApiRoute) -> None:
     names = route.usage
-    assert usage_counts({names.prompt: 9, names.output: 4}, names) == (9, 4)
+    assert usage_counts({names.prompt[0]: 9, names.output: 4}, names) == (9, 4)
 
 
 def test_the_responses_names_are_not_openais() -> None:
@@ -24,7 +24,7 @@ def test_the_responses_names_are_not_openais() -> None:
 @pytest.mark.parametrize("value", [True, "9", 9.5, None, [9]])
 def test_what_is_not_a_count_is_unknown(value: object) -> None:
     names = ROUTES["chat"].usage
-    assert usage_counts({names.prompt: value, names.output: 4}, names) == (None, 4)
+    assert usage_counts({names.prompt[0]: value, names.output: 4}, names) == (None, 4)
 
 
 @pytest.mark.parametrize("content", [b"", b"not json", b"[1, 2]", b'{"usage": 3}', b"{}"])
