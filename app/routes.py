@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from app.bodies import Parsed
+from app.bodies.batch_chat import parse_batch_chat
 from app.bodies.completions import parse_chat, parse_completion
 from app.bodies.embeddings import parse_embedding
 from app.bodies.messages import parse_messages
@@ -25,16 +26,17 @@ from app.errors import ErrorShape
 __all__ = ["ROUTES", "ApiRoute", "Route", "StreamKind", "UsageNames", "route_at"]
 
 # The admitted routes' names (the metrics' ``route`` label).
-Route = Literal["chat", "completions", "responses", "messages", "embeddings"]
+Route = Literal["chat", "batch_chat", "completions", "responses", "messages", "embeddings"]
 # How a route's stream is framed and how it ends: OpenAI's chunks ended by
 # ``data: [DONE]`` (``app.relay.stream``), the Responses API's named events
 # ended by ``response.completed``, Anthropic's ended by ``message_stop``
 # (``app.relay.named``). None: the route never streams.
 StreamKind = Literal["chunks", "responses", "messages"]
 # How the gateway counts a prompt's tokens: as a completion's text, as a
-# rendered chat, or as the chat its body converts to (``Parsed.tokenize_body``;
-# without one, it is estimated).
-CountedAs = Literal["text", "chat", "converted_chat"]
+# rendered chat, each as one of a batch of chats (the body with that
+# conversation's messages), or as the chat its body converts to
+# (``Parsed.tokenize_body``; without one, it is estimated).
+CountedAs = Literal["text", "chat", "chats", "converted_chat"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,20 @@ _TABLE = (
         counted_as="chat",
         usage=OPENAI_USAGE,
         stream="chunks",
+        salted=True,
+        stored=False,
+        errors="openai",
+    ),
+    ApiRoute(
+        name="batch_chat",
+        path="/v1/chat/completions/batch",
+        engine_path="/v1/chat/completions/batch",
+        parse=parse_batch_chat,
+        prompt_param="messages",
+        template_tokens=16.0,
+        counted_as="chats",
+        usage=OPENAI_USAGE,
+        stream=None,
         salted=True,
         stored=False,
         errors="openai",

@@ -1,4 +1,5 @@
-"""The Responses API's and the embeddings' bodies (``app.bodies``), through
+"""The Responses API's, Anthropic Messages', batch chat's and the
+embeddings' bodies (``app.bodies``), through
 ``check_request``: what admission and counting learn from them, what the
 engine is sent, and what is refused with the field named. Chat and
 completion bodies are tests/test_validation.py's."""
@@ -17,6 +18,9 @@ MODELS = {"tiny": 2048}
 LIMITS = Limits(max_n=16, max_batch=4)
 RESPONSE: dict[str, Any] = {"model": "tiny", "input": "Hello there"}
 EMBEDDING: dict[str, Any] = {"model": "tiny", "input": "Hello there"}
+USER = [{"role": "user", "content": "hi"}]
+MESSAGE: dict[str, Any] = {"model": "tiny", "max_tokens": 8, "messages": USER}
+BATCH: dict[str, Any] = {"model": "tiny", "max_tokens": 8, "messages": [USER, USER]}
 
 
 def check(route: Any, body: dict[str, Any], **kwargs: Any) -> CompletionJob:
@@ -40,6 +44,18 @@ BAD = [
     ("embeddings", {**EMBEDDING, "input": ["a"] * 5}, InvalidRequest, "input"),
     ("embeddings", {**EMBEDDING, "stream": True}, InvalidRequest, "stream"),
     ("embeddings", {**EMBEDDING, "input": [1] * 2049}, TooLong, "prompt"),
+    ("messages", {"model": "tiny", "messages": USER}, InvalidRequest, "max_tokens"),
+    ("messages", {**MESSAGE, "messages": []}, InvalidRequest, "messages"),
+    ("messages", {**MESSAGE, "max_tokens": 5000}, InvalidRequest, "max_tokens"),
+    ("messages", {**MESSAGE, "system": 5}, InvalidRequest, "system"),
+    ("batch_chat", {**BATCH, "messages": []}, InvalidRequest, "messages"),
+    ("batch_chat", {**BATCH, "messages": [USER, []]}, InvalidRequest, "messages"),
+    ("batch_chat", {**BATCH, "messages": USER}, InvalidRequest, "messages.0"),
+    ("batch_chat", {**BATCH, "messages": [USER] * 5}, InvalidRequest, "messages"),
+    ("batch_chat", {**BATCH, "stream": True}, InvalidRequest, "stream"),
+    ("batch_chat", {**BATCH, "tools": [{"type": "function"}]}, InvalidRequest, "tools"),
+    ("batch_chat", {**BATCH, "n": 2}, InvalidRequest, "n"),
+    ("batch_chat", {**BATCH, "max_tokens": 5000}, InvalidRequest, "max_tokens"),
 ]
 
 
@@ -143,3 +159,50 @@ def test_an_embeddings_batch_is_one_prompt_per_input() -> None:
     assert ids.prompts == (Prompt(ids=(1, 2)), Prompt(ids=(3,)))
     # Token ids as long as the context fit: nothing is generated after them.
     assert check("embeddings", {**EMBEDDING, "input": [1] * 2048}).prompts[0].counted == 2048
+
+
+def test_a_batch_of_conversations_is_one_prompt_each() -> None:
+    other = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "yo"}]
+    job = check("batch_chat", {**BATCH, "messages": [USER, other]}, cache_scope=CacheScope("t"))
+    assert [prompt.text for prompt in job.prompts] == ["hi", "Be brief.\nyo"]
+    assert (job.sequences, job.max_tokens, job.stream) == (2, 8, False)
+    assert sent(job)[SALT]
+
+
+def test_a_messages_prompt_is_counted_as_the_chat_vllm_renders() -> None:
+    body = {
+        **MESSAGE,
+        "system": [{"type": "text", "text": "Be "}, {"type": "text", "text": "brief."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
+        ],
+    }
+    job = check("messages", body)
+    assert job.tokenize_body == {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
+        ]
+    }
+    assert (job.max_tokens, job.stream) == (8, False)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"tools": [{"name": "f", "input_schema": {}}]},
+        {"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
+        {"messages": [{"role": "system", "content": "inline"}, *USER]},
+    ],
+    ids=["tools", "an image", "a system message among the messages"],
+)
+def test_a_messages_prompt_vllm_renders_its_own_way_is_estimated(change: dict[str, Any]) -> None:
+    assert check("messages", {**MESSAGE, **change}).tokenize_body is None

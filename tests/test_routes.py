@@ -17,6 +17,11 @@ from tests.support.scripted_engine import MODEL
 # one here fails below.
 BODIES: dict[str, dict[str, Any]] = {
     "chat": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    "batch_chat": {
+        "model": MODEL,
+        "messages": [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "yo"}]],
+        "max_tokens": 4,
+    },
     "completions": {"model": MODEL, "prompt": "hi", "max_tokens": 4},
     "responses": {"model": MODEL, "input": "hi", "max_output_tokens": 4},
     "messages": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
@@ -56,7 +61,6 @@ NOT_ADMITTED = (
 # vLLM's routes that are not admitted yet: batch chat, the pooling and the
 # audio routes.
 NOT_YET = (
-    "/v1/chat/completions/batch",
     "/pooling",
     "/classify",
     "/score",

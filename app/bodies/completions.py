@@ -27,14 +27,14 @@ class _Common(BaseModel):
     n: StrictInt = Field(1, ge=1)
 
 
-class _ChatMessage(BaseModel):
+class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: StrictStr = Field(min_length=1)
     content: StrictStr | list[dict[str, Any]] | None = None
 
 
 class _ChatBody(_Common):
-    messages: list[_ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: StrictInt | None = Field(None, ge=1)
 
 
@@ -78,7 +78,7 @@ def _parsed(
     )
 
 
-def chat_text(messages: list[_ChatMessage]) -> str:
+def chat_text(messages: list[ChatMessage]) -> str:
     """The text of a conversation's messages (what the estimate measures)."""
     texts: list[str] = []
     for message in messages:

@@ -77,8 +77,10 @@ class PromptCounter:
             return job
         local = self._files.for_model(job.model) if self._files is not None else None
         prompts = []
-        for prompt in job.prompts:
-            ids = prompt.ids or await self._count_one(job, prompt, body, local, request_id)
+        for index, prompt in enumerate(job.prompts):
+            # A batch of conversations: each counted as the chat it is alone.
+            own = {**body, "messages": body["messages"][index]} if counted_as == "chats" else body
+            ids = prompt.ids or await self._count_one(job, prompt, own, local, request_id)
             prompts.append(replace(prompt, ids=ids) if ids else prompt)
         return replace(job, prompts=tuple(prompts))
 
