@@ -87,7 +87,7 @@ class Flight:
         self.trace = RequestTrace(
             request.headers, self._route.engine_path, self.record.arrival_wall
         )
-        self.record.trace_id = self.trace.trace_id
+        self.record.traced(self.trace.trace_id)
         self._services = services
         self._request = request
         self._send = send

@@ -144,7 +144,7 @@ def _settling(charge: Charge, demand: Demand) -> EndListener:
     teaches the key's estimate."""
 
     def settle_key(ended: RequestRecord) -> None:
-        ended.used_tokens = tokens_used(ended, demand.prompt_tokens)
+        ended.settled(tokens_used(ended, demand.prompt_tokens))
         completed = ended.outcome == "completed" and ended.completion_tokens is not None
         charge.settle(ended.used_tokens, ended.completion_tokens if completed else None)
 

@@ -138,6 +138,14 @@ class RequestRecord:
         worst case of ``worst``."""
         self.charged_tokens, self.worst_tokens, self.charged_wall = held, worst, time.time()
 
+    def traced(self, trace_id: str | None) -> None:
+        """The trace it is part of, when sampled."""
+        self.trace_id = trace_id
+
+    def settled(self, used: int) -> None:
+        """What its key was charged in the end."""
+        self.used_tokens = used
+
     def enter(self, phase: Phase) -> None:
         """It has reached ``phase`` (where a client that leaves, leaves)."""
         self.phase = phase
