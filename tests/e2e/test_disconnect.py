@@ -14,18 +14,21 @@ import time
 import httpx
 import psutil
 
-from tests.support.disconnects import IDLE_WITHIN, cancels, ran_to_the_end, seconds_until_idle
-from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine, engine_idle
+from tests.support.disconnects import (
+    IDLE_WITHIN,
+    WAITER_TOKENS,
+    cancels,
+    leave_before_the_first_token,
+    ran_to_the_end,
+    seconds_until_idle,
+)
+from tests.support.engines import MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway
-from tests.support.streams import hold_streams, open_stream, read_content_chunks
+from tests.support.streams import open_stream, read_content_chunks
 from tests.support.wait import wait_for, wait_until
 
 MAX_TOKENS = 1500
 LONG = {"model": MODEL, "max_tokens": MAX_TOKENS, "ignore_eos": True}
-# A request that waits behind LONG ones: at most one of vLLM's bucket bounds
-# that LONG passes.
-WAITER_TOKENS = 1000
-WAITER = {**LONG, "max_tokens": WAITER_TOKENS}
 
 
 def generated_since(engine: Engine, before: float) -> float:
@@ -89,37 +92,10 @@ async def test_disconnect_while_waiting_for_the_first_token(
     idle_engine: Engine, gateway: Gateway
 ) -> None:
     """The engine is saturated (every sequence slot taken), so the request
-    waits in the engine's queue; the client leaves before its first token.
-    It asks for fewer tokens than the blockers, so the engine's count of
-    requests run to their end tells it from them (blockers may end on their
-    own while a slow machine waits)."""
-    before = cancels(gateway, "waiting_first_token")
+    waits in the engine's queue; the client leaves before its first token."""
     ended = ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS)
-    async with httpx.AsyncClient(base_url=idle_engine.url, timeout=120) as direct:
-        blockers = await hold_streams(direct, idle_engine.url, LONG, ENGINE_MAX_NUM_SEQS)
-        try:
-            assert wait_until(
-                lambda: idle_engine.metric("vllm:num_requests_running") == ENGINE_MAX_NUM_SEQS,
-                timeout=10,
-            )
-            async with (
-                httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
-                open_stream(http, {**WAITER, "prompt": "The museum"}) as response,
-            ):
-                assert response.status_code == 200
-                assert wait_until(
-                    lambda: idle_engine.metric("vllm:num_requests_waiting") >= 1, timeout=10
-                )
-            left = time.monotonic()
-            assert wait_until(
-                lambda: cancels(gateway, "waiting_first_token") == before + 1, timeout=30
-            )
-        finally:
-            # Once the blockers are gone, a request the engine still held
-            # would run to its end.
-            for blocker in blockers:
-                await blocker.aclose()
-    took = seconds_until_idle(idle_engine, left)
+    body = {**LONG, "max_tokens": WAITER_TOKENS, "prompt": "The museum"}
+    took = await leave_before_the_first_token(idle_engine, gateway, "/v1/completions", body)
     print(f"\nwaiting-first-token disconnect: engine idle {took:.3f}s after the client left")
     assert ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS) == ended, (
         "the engine ran the request to its end"

@@ -25,20 +25,23 @@ import pytest
 from anthropic import AsyncAnthropic
 from anthropic.types import MessageParam
 
-from tests.support.disconnects import cancels, ran_to_the_end, seconds_until_idle
-from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine
+from tests.support.disconnects import (
+    WAITER_TOKENS,
+    cancels,
+    leave_before_the_first_token,
+    ran_to_the_end,
+    seconds_until_idle,
+)
+from tests.support.engines import MODEL, Engine
 from tests.support.gateways import Gateway, StartGateway, access_line, running_gateway
 from tests.support.keys import key_entry, write_keys_file
-from tests.support.streams import hold_streams, open_stream
+from tests.support.streams import open_stream
 from tests.support.wait import wait_for, wait_until
 
 USER: list[MessageParam] = [{"role": "user", "content": "Tell me about the sea"}]
 # Temperature 2 (vLLM's most) makes the test model's random end rarest:
 # a few hundred tokens on average.
 LONG: dict[str, Any] = {"model": MODEL, "max_tokens": 1500, "temperature": 2.0, "messages": USER}
-# A message that waits behind LONG ones: at most one of vLLM's bucket
-# bounds that LONG passes.
-WAITER_TOKENS = 1000
 # A completion that holds a gateway's slot for seconds.
 HOLDING = {"model": MODEL, "prompt": "Hold", "max_tokens": 1500, "ignore_eos": True}
 # What the key below may use in a minute: one message of 100 tokens and its
@@ -283,33 +286,10 @@ async def test_a_client_that_leaves_before_the_first_token_stops_the_engine(
     idle_engine: Engine, gateway: Gateway
 ) -> None:
     """Every sequence of the engine is taken, so the message waits in the
-    engine's own queue; its client leaves before its first token. It asks
-    for fewer tokens than the blockers, which may end on their own."""
-    before = cancels(gateway, "waiting_first_token")
+    engine's own queue; its client leaves before its first token."""
     ended = ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS)
-    blocker = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
-    async with httpx.AsyncClient(base_url=idle_engine.url, timeout=120) as direct:
-        blockers = await hold_streams(direct, idle_engine.url, blocker, ENGINE_MAX_NUM_SEQS)
-        try:
-            assert wait_until(
-                lambda: idle_engine.metric("vllm:num_requests_running") == ENGINE_MAX_NUM_SEQS,
-                timeout=10,
-            )
-            async with (
-                httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
-                open_stream(http, {**LONG, "max_tokens": WAITER_TOKENS}, "/v1/messages") as reply,
-            ):
-                assert reply.status_code == 200
-                assert wait_until(
-                    lambda: idle_engine.metric("vllm:num_requests_waiting") >= 1, timeout=10
-                )
-            assert wait_until(
-                lambda: cancels(gateway, "waiting_first_token") == before + 1, timeout=30
-            )
-        finally:
-            for held in blockers:
-                await held.aclose()
-    seconds_until_idle(idle_engine, time.monotonic())
+    body = {**LONG, "max_tokens": WAITER_TOKENS}
+    await leave_before_the_first_token(idle_engine, gateway, "/v1/messages", body)
     assert ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS) == ended, (
         "the engine ran the message to its end"
     )

@@ -17,18 +17,20 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from tests.support.disconnects import cancels, ran_to_the_end, seconds_until_idle
-from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine
+from tests.support.disconnects import (
+    WAITER_TOKENS,
+    cancels,
+    leave_before_the_first_token,
+    ran_to_the_end,
+    seconds_until_idle,
+)
+from tests.support.engines import MODEL, Engine
 from tests.support.gateways import Gateway, StartGateway, access_line, running_gateway
 from tests.support.keys import key_entry, write_keys_file
-from tests.support.streams import hold_streams, open_stream
+from tests.support.streams import open_stream
 from tests.support.wait import wait_for, wait_until
 
 LONG: dict[str, Any] = {"model": MODEL, "max_output_tokens": 1500, "ignore_eos": True}
-# A response that waits behind longer ones: at most one of vLLM's bucket
-# bounds that LONG passes.
-WAITER_TOKENS = 1000
-WAITER = {**LONG, "max_output_tokens": WAITER_TOKENS}
 
 
 @pytest.fixture(scope="module")
@@ -204,33 +206,10 @@ async def test_a_client_that_leaves_before_the_first_token_stops_the_engine(
     idle_engine: Engine, gateway: Gateway
 ) -> None:
     """Every sequence of the engine is taken, so the response waits in the
-    engine's own queue; its client leaves before its first token. It asks
-    for fewer tokens than the blockers, which may end on their own."""
-    before = cancels(gateway, "waiting_first_token")
+    engine's own queue; its client leaves before its first token."""
     ended = ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS)
-    blocker = {"model": MODEL, "max_tokens": 1500, "ignore_eos": True}
-    async with httpx.AsyncClient(base_url=idle_engine.url, timeout=120) as direct:
-        blockers = await hold_streams(direct, idle_engine.url, blocker, ENGINE_MAX_NUM_SEQS)
-        try:
-            assert wait_until(
-                lambda: idle_engine.metric("vllm:num_requests_running") == ENGINE_MAX_NUM_SEQS,
-                timeout=10,
-            )
-            async with (
-                httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,
-                open_stream(http, {**WAITER, "input": "A museum"}, "/v1/responses") as reply,
-            ):
-                assert reply.status_code == 200
-                assert wait_until(
-                    lambda: idle_engine.metric("vllm:num_requests_waiting") >= 1, timeout=10
-                )
-            assert wait_until(
-                lambda: cancels(gateway, "waiting_first_token") == before + 1, timeout=30
-            )
-        finally:
-            for held in blockers:
-                await held.aclose()
-    seconds_until_idle(idle_engine, time.monotonic())
+    body = {**LONG, "max_output_tokens": WAITER_TOKENS, "input": "A museum"}
+    await leave_before_the_first_token(idle_engine, gateway, "/v1/responses", body)
     assert ran_to_the_end(idle_engine, asked_at_most=WAITER_TOKENS) == ended, (
         "the engine ran the response to its end"
     )
