@@ -231,10 +231,13 @@ class AdmissionPolicy:
         config, w, forecast = self.config, waiter, self.forecast
         forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         told = partial(forecast.retry_after, now, self.capacity_tokens, w.tokens, w.tenant)
-        if (
+        full = (
             self.queued >= config.max_queue_depth
             or self.queue.size + w.size > config.max_queue_bytes
-        ):
+        )
+        # A full queue refuses what would wait in it, not what an engine
+        # takes now (a depth of 0: no waiting at all, not no requests).
+        if full and not self._admitted_at_once(w):
             raise QueueFull(told(w.priority))
         wait = forecast.wait(w.priority, w.tokens, w.tenant)
         if wait is not None and wait > config.max_wait and not self._admitted_at_once(w):

@@ -221,6 +221,15 @@ def test_a_full_queue_refuses_by_count_and_by_bytes() -> None:
     add(q, waiter("b", size=600))
 
 
+def test_a_queue_of_depth_zero_admits_what_fits_now_and_refuses_what_would_wait() -> None:
+    p = policy(blocks=1, max_queue_depth=0)
+    first = add(p, waiter())
+    assert admit(p) == [first]
+    with pytest.raises(QueueFull) as refused:
+        add(p, waiter())
+    assert refused.value.reason == "queue_full"
+
+
 def opened_up(p: AdmissionPolicy) -> float:
     """The factor after a long spell of requests waiting with KV to spare."""
     add(p, waiter(tokens=1000))
