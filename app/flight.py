@@ -83,10 +83,11 @@ class Flight:
     def __init__(self, request: Request, route: Route, services: Services, send: Send) -> None:
         request_id: str = request.state.request_id
         self._route = ROUTES[route]
+        # An alias goes to the engine as the client asked for it.
+        asked = request.scope["path"]
+        self._engine_path = asked if asked in self._route.aliases else self._route.engine_path
         self.record = RequestRecord(request_id, route, services.telemetry)
-        self.trace = RequestTrace(
-            request.headers, self._route.engine_path, self.record.arrival_wall
-        )
+        self.trace = RequestTrace(request.headers, self._engine_path, self.record.arrival_wall)
         self.record.traced(self.trace.trace_id)
         self._services = services
         self._request = request
@@ -212,7 +213,7 @@ class Flight:
         assert self._hold is not None
         job, record = self._admission.job, self.record
         record.enter("waiting_first_token" if job.stream else "non_streaming")
-        engine, path = self._hold.engine, self._route.engine_path
+        engine, path = self._hold.engine, self._engine_path
         with self.trace.engine_call(engine, path, len(self._tried)):
             self._upstream = await self._services.engine_client.open(
                 engine, path, job.upstream_body, record.engine_request_id, stream=job.stream

@@ -20,13 +20,25 @@ from app.bodies.batch_chat import parse_batch_chat
 from app.bodies.completions import parse_chat, parse_completion
 from app.bodies.embeddings import parse_embedding
 from app.bodies.messages import parse_messages
+from app.bodies.pooling import parse_pooling
 from app.bodies.responses import parse_responses
+from app.bodies.scoring import parse_rerank, parse_score
 from app.errors import ErrorShape
 
 __all__ = ["ROUTES", "ApiRoute", "Route", "StreamKind", "UsageNames", "route_at"]
 
 # The admitted routes' names (the metrics' ``route`` label).
-Route = Literal["chat", "batch_chat", "completions", "responses", "messages", "embeddings"]
+Route = Literal[
+    "chat",
+    "batch_chat",
+    "completions",
+    "responses",
+    "messages",
+    "embeddings",
+    "pooling",
+    "score",
+    "rerank",
+]
 # How a route's stream is framed and how it ends: OpenAI's chunks ended by
 # ``data: [DONE]`` (``app.relay.stream``), the Responses API's named events
 # ended by ``response.completed``, Anthropic's ended by ``message_stop``
@@ -58,6 +70,9 @@ class ApiRoute:
     # Where clients send it, and where the engine serves it.
     path: str
     engine_path: str
+    # Other paths vLLM serves it at: reached there too, and sent on to the
+    # engine at the path the client asked for.
+    aliases: tuple[str, ...]
     parse: Callable[[dict[str, Any]], Parsed]
     # The body field a prompt comes in (the ``param`` of errors about it).
     prompt_param: str
@@ -82,6 +97,7 @@ _TABLE = (
         name="chat",
         path="/v1/chat/completions",
         engine_path="/v1/chat/completions",
+        aliases=(),
         parse=parse_chat,
         prompt_param="messages",
         template_tokens=16.0,
@@ -96,6 +112,7 @@ _TABLE = (
         name="batch_chat",
         path="/v1/chat/completions/batch",
         engine_path="/v1/chat/completions/batch",
+        aliases=(),
         parse=parse_batch_chat,
         prompt_param="messages",
         template_tokens=16.0,
@@ -110,6 +127,7 @@ _TABLE = (
         name="completions",
         path="/v1/completions",
         engine_path="/v1/completions",
+        aliases=(),
         parse=parse_completion,
         prompt_param="prompt",
         template_tokens=1.0,
@@ -124,6 +142,7 @@ _TABLE = (
         name="responses",
         path="/v1/responses",
         engine_path="/v1/responses",
+        aliases=(),
         parse=parse_responses,
         prompt_param="input",
         template_tokens=16.0,
@@ -138,6 +157,7 @@ _TABLE = (
         name="messages",
         path="/v1/messages",
         engine_path="/v1/messages",
+        aliases=(),
         parse=parse_messages,
         prompt_param="messages",
         template_tokens=16.0,
@@ -154,9 +174,55 @@ _TABLE = (
         errors="anthropic",
     ),
     ApiRoute(
+        name="pooling",
+        path="/pooling",
+        engine_path="/pooling",
+        aliases=(),
+        parse=parse_pooling,
+        prompt_param="input",
+        template_tokens=1.0,
+        counted_as="text",
+        usage=OPENAI_USAGE,
+        stream=None,
+        salted=False,
+        stored=False,
+        errors="openai",
+    ),
+    ApiRoute(
+        name="score",
+        path="/score",
+        engine_path="/score",
+        aliases=("/v1/score",),
+        parse=parse_score,
+        prompt_param="text_2",
+        template_tokens=2.0,
+        counted_as="text",
+        usage=OPENAI_USAGE,
+        stream=None,
+        salted=False,
+        stored=False,
+        errors="openai",
+    ),
+    ApiRoute(
+        name="rerank",
+        path="/rerank",
+        engine_path="/rerank",
+        aliases=("/v1/rerank", "/v2/rerank"),
+        parse=parse_rerank,
+        prompt_param="documents",
+        template_tokens=2.0,
+        counted_as="text",
+        usage=OPENAI_USAGE,
+        stream=None,
+        salted=False,
+        stored=False,
+        errors="openai",
+    ),
+    ApiRoute(
         name="embeddings",
         path="/v1/embeddings",
         engine_path="/v1/embeddings",
+        aliases=(),
         parse=parse_embedding,
         prompt_param="input",
         template_tokens=1.0,
@@ -174,11 +240,12 @@ def indexed(table: tuple[ApiRoute, ...]) -> tuple[Mapping[Route, ApiRoute], Mapp
     """The table by route and by path; a ``ValueError`` unless it names
     every route once, each at a path of its own."""
     by_name = {route.name: route for route in table}
-    by_path = {route.path: route for route in table}
+    by_path = {path: route for route in table for path in (route.path, *route.aliases)}
     missing = sorted(set(get_args(Route)) - set(by_name))
     if missing:
         raise ValueError(f"the route table has no entry for {', '.join(missing)}")
-    if len(by_name) != len(table) or len(by_path) != len(table):
+    paths = sum(1 + len(route.aliases) for route in table)
+    if len(by_name) != len(table) or len(by_path) != paths:
         raise ValueError("the route table names a route, or a path, twice")
     return by_name, by_path
 

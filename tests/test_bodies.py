@@ -56,6 +56,21 @@ BAD = [
     ("batch_chat", {**BATCH, "tools": [{"type": "function"}]}, InvalidRequest, "tools"),
     ("batch_chat", {**BATCH, "n": 2}, InvalidRequest, "n"),
     ("batch_chat", {**BATCH, "max_tokens": 5000}, InvalidRequest, "max_tokens"),
+    ("pooling", {"model": "tiny", "messages": USER}, InvalidRequest, "messages"),
+    ("pooling", {"model": "tiny", "input": []}, InvalidRequest, "input"),
+    ("score", {"model": "tiny", "text_1": "a"}, InvalidRequest, "text_1"),
+    ("score", {"model": "tiny", "text_1": ["a", "b"], "text_2": ["c"]}, InvalidRequest, "text_2"),
+    ("score", {"model": "tiny", "queries": "a", "documents": []}, InvalidRequest, "documents"),
+    ("score", {"text_1": "a", "text_2": "b"}, InvalidRequest, "model"),
+    ("score", {"model": "tiny", "text_1": "a", "text_2": ["b"] * 5}, InvalidRequest, "text_2"),
+    ("rerank", {"model": "tiny", "documents": ["a"]}, InvalidRequest, "query"),
+    ("rerank", {"model": "tiny", "query": ["a", "b"], "documents": ["a"]}, InvalidRequest, "query"),
+    (
+        "rerank",
+        {"model": "tiny", "query": "a", "documents": ["b", ""]},
+        InvalidRequest,
+        "documents",
+    ),
 ]
 
 
@@ -206,3 +221,21 @@ def test_a_messages_prompt_is_counted_as_the_chat_vllm_renders() -> None:
 )
 def test_a_messages_prompt_vllm_renders_its_own_way_is_estimated(change: dict[str, Any]) -> None:
     assert check("messages", {**MESSAGE, **change}).tokenize_body is None
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("text_1", "text_2"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2")],
+)
+def test_a_score_is_one_prompt_per_pair_under_each_of_its_names(first: str, second: str) -> None:
+    job = check("score", {"model": "tiny", first: "q", second: ["d1", "d2"]})
+    assert [prompt.text for prompt in job.prompts] == ["q\nd1", "q\nd2"]
+    assert not job.generates
+    paired = check("score", {"model": "tiny", first: ["a", "b"], second: ["c", "d"]})
+    assert [prompt.text for prompt in paired.prompts] == ["a\nc", "b\nd"]
+
+
+def test_a_rerank_is_its_query_with_each_document() -> None:
+    job = check("rerank", {"model": "tiny", "query": "q", "documents": ["d1", "d2", "d3"]})
+    assert [prompt.text for prompt in job.prompts] == ["q\nd1", "q\nd2", "q\nd3"]
+    assert SALT not in sent(job)

@@ -26,6 +26,9 @@ BODIES: dict[str, dict[str, Any]] = {
     "responses": {"model": MODEL, "input": "hi", "max_output_tokens": 4},
     "messages": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     "embeddings": {"model": MODEL, "input": "hi"},
+    "pooling": {"model": MODEL, "input": "hi"},
+    "score": {"model": MODEL, "text_1": "hi", "text_2": ["yo", "ho"]},
+    "rerank": {"model": MODEL, "query": "hi", "documents": ["yo", "ho"]},
 }
 
 # vLLM 0.32's routes that the gateway does not admit, on purpose: prompt
@@ -58,16 +61,10 @@ NOT_ADMITTED = (
     "/server_info",
     "/invocations",
 )
-# vLLM's routes that are not admitted yet: batch chat, the pooling and the
-# audio routes.
+# vLLM's routes that are not admitted yet: classify (on a classifier) and
+# the audio routes.
 NOT_YET = (
-    "/pooling",
     "/classify",
-    "/score",
-    "/v1/score",
-    "/rerank",
-    "/v1/rerank",
-    "/v2/rerank",
     "/v1/audio/transcriptions",
     "/v1/audio/translations",
 )
@@ -117,3 +114,22 @@ async def test_what_the_table_does_not_name_is_not_reachable(path: str) -> None:
         assert exchange.status == (405 if path == "/v1/responses/render" else 404)
         assert exchange.json()["error"]["type"] == "invalid_request_error"
         assert gateway.engine.calls.empty()
+
+
+@pytest.mark.parametrize(
+    ("route", "alias"),
+    [(route, alias) for route in ROUTES.values() for alias in route.aliases],
+    ids=lambda value: value if isinstance(value, str) else value.name,
+)
+async def test_an_alias_reaches_its_route_and_the_engine_at_the_path_asked(
+    route: ApiRoute, alias: str
+) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = gateway.request(alias, BODIES[route.name])
+        call = await gateway.engine.calls.get()
+        assert call.path == alias
+        call.answer(200, {"usage": {"prompt_tokens": 4}})
+        await exchange.done()
+        assert exchange.status == 200
+        completed = {"route": route.name, "outcome": "completed"}
+        assert gateway.metric("gateway_requests_total", **completed) == 1

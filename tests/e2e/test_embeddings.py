@@ -1,6 +1,9 @@
-"""Embeddings through the gateway, against a real embedding engine: the tiny
-model run by vLLM's pooling runner (``ENGINE_RUNNER=pooling
-ENGINE_CONVERT=embed``) under its own served name, with the OpenAI SDK.
+"""Embeddings and the other pooling routes (``/pooling``, score, rerank)
+through the gateway, against a real embedding engine: the tiny model run by
+vLLM's pooling runner (``ENGINE_RUNNER=pooling ENGINE_CONVERT=embed``) under
+its own served name, with the OpenAI SDK where it has the call (embeddings),
+plain HTTP otherwise. Score and rerank on an embedding model are vLLM's
+cosine similarity (a bi-encoder).
 
 A pooling engine looks to admission like any other: its ``/metrics`` has
 ``vllm:cache_config_info`` (blocks of 128 tokens), the KV usage and the
@@ -91,13 +94,49 @@ async def test_a_batch_larger_than_the_whole_cache_is_refused_up_front(keyed: Ga
             await api.embeddings.create(model=EMBED_MODEL, input=inputs)
 
 
-async def test_a_client_that_leaves_while_queued_or_running_is_cancelled_there(
-    embedder: Engine, keyed: Gateway
+# The pooling routes other than embeddings: where, a body, and the route's name.
+OTHERS = [
+    ("/pooling", {"model": EMBED_MODEL, "input": ["first", "second 你好 🌍"]}, "pooling"),
+    ("/score", {"model": EMBED_MODEL, "text_1": "a query", "text_2": ["one", "two"]}, "score"),
+    ("/v1/score", {"model": EMBED_MODEL, "queries": ["q1", "q2"], "items": ["a", "b"]}, "score"),
+    ("/rerank", {"model": EMBED_MODEL, "query": "a query", "documents": ["x", "y", "z"]}, "rerank"),
+    ("/v2/rerank", {"model": EMBED_MODEL, "query": "q", "documents": ["x", "y"]}, "rerank"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "route"), OTHERS, ids=[path for path, _, _ in OTHERS])
+async def test_a_pooling_route_is_answered_and_pays_its_input(
+    keyed: Gateway, path: str, body: dict[str, object], route: str
 ) -> None:
-    """The engine's server is stopped (SIGSTOP), so an embedding sent to it
+    async with httpx.AsyncClient(base_url=keyed.url, timeout=60) as http:
+        reply = await http.post(path, json=body, headers={"authorization": "Bearer key-acme"})
+    assert reply.status_code == 200, reply.text
+    answer = reply.json()
+    assert answer.get("data") or answer.get("results")
+    prompt = answer["usage"]["prompt_tokens"]
+    assert prompt > 0
+    line = access_line(keyed, reply.headers["x-request-id"])
+    assert (line["route"], line["outcome"]) == (route, "completed")
+    # Charged what the engine counted; held before it at least as much (a
+    # pair is reserved as a cross-encoder reads it, the query with each).
+    assert line["used_tokens"] == prompt
+    assert line["charged_tokens"] >= prompt
+    assert not line["completion_tokens"]
+
+
+LEAVING = [
+    ("/v1/embeddings", {"model": EMBED_MODEL, "input": "stalled"}),
+    *((path, body) for path, body, _ in OTHERS if not path.startswith("/v")),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), LEAVING, ids=[path for path, _ in LEAVING])
+async def test_a_client_that_leaves_while_queued_or_running_is_cancelled_there(
+    embedder: Engine, keyed: Gateway, path: str, body: dict[str, object]
+) -> None:
+    """The engine's server is stopped (SIGSTOP), so a request sent to it
     stays in flight and the next waits in the gateway's queue (one sequence
     at a time); each client leaves where its request is."""
-    body = {"model": EMBED_MODEL, "input": "stalled"}
     before = {
         p: keyed.metric("gateway_cancellations_total", phase=p) for p in ("queued", "non_streaming")
     }
@@ -105,9 +144,9 @@ async def test_a_client_that_leaves_while_queued_or_running_is_cancelled_there(
     try:
         async with httpx.AsyncClient(base_url=keyed.url, timeout=60) as http:
             headers = {"authorization": "Bearer key-acme"}
-            running = asyncio.create_task(http.post("/v1/embeddings", json=body, headers=headers))
+            running = asyncio.create_task(http.post(path, json=body, headers=headers))
             assert await wait_for(lambda: keyed.metric("gateway_requests_in_flight") == 1, 30)
-            queued = asyncio.create_task(http.post("/v1/embeddings", json=body, headers=headers))
+            queued = asyncio.create_task(http.post(path, json=body, headers=headers))
             assert await wait_for(lambda: keyed.metric("gateway_queue_depth") == 1, 30)
             for task in (queued, running):
                 task.cancel()

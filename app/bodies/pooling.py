@@ -1,0 +1,24 @@
+"""The body of vLLM's ``/pooling``: the model's pooled output (its hidden
+states, as the engine's pooling task says) for each input.
+
+Like an embedding, it runs its input through the model once and generates
+nothing: its KV demand and its charge are its input's tokens alone, and its
+``input`` takes the shapes of an embedding's. vLLM's chat-style pooling
+(``messages`` instead of ``input``) is not served through the gateway, as
+chat-style embeddings are not.
+"""
+
+from typing import Any
+
+from app.bodies.base import Parsed
+from app.bodies.embeddings import parse_embedding
+from app.errors import InvalidRequest
+
+
+def parse_pooling(body: dict[str, Any]) -> Parsed:
+    if "messages" in body and "input" not in body:
+        raise InvalidRequest(
+            "messages: chat-style pooling is not served through the gateway; send `input`",
+            param="messages",
+        )
+    return parse_embedding(body)
