@@ -50,7 +50,11 @@ def keyed(embedder: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         tmp_path_factory.mktemp("keys") / "keys.yaml",
         [key_entry("acme-1", "acme", "key-acme", tokens_per_minute=100_000)],
     )
-    settings: dict[str, object] = {"keys_file": keys, "max_concurrency": 1}
+    # No health checks after the first: an engine stopped on purpose (below)
+    # stays in routing, so a request counted while it is stopped (its count
+    # times out, then it is estimated) is still admitted to it rather than
+    # left in the queue by an ejection that races the count.
+    settings: dict[str, object] = {"keys_file": keys, "max_concurrency": 1, "health_interval": 3600}
     with running_gateway(tmp_path_factory.mktemp("gateway"), embedder.url, settings) as gateway:
         yield gateway
 
@@ -126,7 +130,9 @@ async def test_a_pooling_route_is_answered_and_pays_its_input(
 
 LEAVING = [
     ("/v1/embeddings", {"model": EMBED_MODEL, "input": "stalled"}),
-    *((path, body) for path, body, _ in OTHERS if not path.startswith("/v")),
+    ("/pooling", {"model": EMBED_MODEL, "input": "stalled"}),
+    ("/score", {"model": EMBED_MODEL, "text_1": "stalled", "text_2": "query"}),
+    ("/rerank", {"model": EMBED_MODEL, "query": "stalled", "documents": ["one"]}),
 ]
 
 
