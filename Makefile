@@ -175,8 +175,10 @@ bench: setup
 
 # The benchmarks' own extra (vllm-router, the peer bench-overhead runs beside
 # the gateway), installed into the dev venv the first time it is needed.
+# nginx (the floor of a relay's cost) from the system's packages.
 $(VENV)/.bench-ready: $(VENV)/.ready requirements/bench.lock
 	$(VENV)/bin/pip install --quiet -r requirements/bench.lock
+	command -v nginx >/dev/null || apt-get install -y --no-install-recommends nginx-light
 	touch $@
 
 # --layout pinned|unpinned|both (default unpinned), --parts rows,profile,

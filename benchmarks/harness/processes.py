@@ -3,6 +3,7 @@ process group with its log kept, all stopped together whatever happens."""
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -165,6 +166,23 @@ class Processes:
         proc = self._start(name, argv, {})
         return Service(name, f"http://127.0.0.1:{port}", proc)
 
+    def nginx(self, name: str, upstream: str) -> Service:
+        """nginx in front of ``upstream`` as the floor of what a relay costs:
+        one worker, upstream connections kept alive, nothing buffered (each
+        event passed on as it arrives); ``nginx-light`` from the system's
+        packages (``make bench-overhead`` installs it). Call ``wait_ready``."""
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not Path(binary).exists():
+            raise RuntimeError("nginx is missing: apt-get install nginx-light")
+        port = free_port()
+        home = self.logs / name
+        home.mkdir(parents=True, exist_ok=True)
+        conf = home / "nginx.conf"
+        conf.write_text(nginx_conf(port, upstream.removeprefix("http://"), home))
+        argv = [binary, "-p", str(home), "-c", str(conf), "-e", "stderr"]
+        proc = self._start(name, argv, {})
+        return Service(name, f"http://127.0.0.1:{port}", proc)
+
     def trace_backend(self, name: str = "traces") -> Service:
         """The local trace backend (``deploy/traces/run.sh``; ``make
         trace-backend`` installs it); its URL takes OTLP/HTTP at
@@ -220,3 +238,35 @@ def access_log(service: Service) -> list[dict[str, Any]]:
         if isinstance(record, dict) and "request_id" in record:
             records.append(record)
     return records
+
+
+def nginx_conf(port: int, upstream: str, home: Path) -> str:
+    """A reverse proxy as operators write one for SSE: HTTP/1.1 to the
+    upstream with idle connections kept, no response buffering, no access
+    log (the gateway's is its own cost; nginx's would be too, but it is the
+    floor asked for)."""
+    user = "user root root;\n" if os.geteuid() == 0 else ""
+    return f"""{user}daemon off;
+worker_processes 1;
+pid {home}/nginx.pid;
+error_log stderr warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {home}/body;
+    proxy_temp_path {home}/proxy;
+    upstream engine {{ server {upstream}; keepalive 256; }}
+    server {{
+        listen 127.0.0.1:{port};
+        client_max_body_size 16m;
+        location / {{
+            proxy_pass http://engine;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+"""

@@ -9,10 +9,13 @@ Starts its own engine (CPU, tiny model) with a KV cache large enough that 64
 streams never preempt (``VLLM_CPU_KVCACHE_SPACE=2`` GiB, no block override,
 ``--max-num-seqs 128``), so what differs between the targets is the relay,
 not admission. In front of it: vLLM's own router (``vllm-router``, Rust,
-the ``bench`` extra; its defaults) and two gateways, admission off and on,
-run from ``--gateway-src`` (default: this repository; a ``git worktree`` of
-an older commit measures that commit with the same harness). The four
-targets: vLLM direct, vllm-router, gateway off, gateway on (``--targets``);
+the ``bench`` extra; its defaults), nginx (one worker, nothing buffered:
+the floor of what a relay costs) and gateways run from ``--gateway-src``
+(default: this repository; a ``git worktree`` of an older commit measures
+that commit with the same harness). The default targets: vLLM direct,
+vllm-router, nginx and the gateway as ``make up`` sets it (``--targets``;
+``targets.TARGETS`` lists the gateway's other settings: admission off,
+prompts counted by the engine, estimated, ...);
 ``traced`` adds a gateway with admission on that traces every request into
 the local trace backend, which the benchmark then starts (``make
 trace-backend`` installs it): the cost of tracing on, beside ``on``, off.

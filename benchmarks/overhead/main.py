@@ -12,7 +12,13 @@ from benchmarks.overhead.overload import run_overload
 from benchmarks.overhead.profile import run_profile
 from benchmarks.overhead.rows import Row, aggregate, measured_run, rows_of, run_rows
 from benchmarks.overhead.tables import compare, render
-from benchmarks.overhead.targets import LAYOUTS, TARGETS, OverheadBench, engine_cpus
+from benchmarks.overhead.targets import (
+    DEFAULT_TARGETS,
+    LAYOUTS,
+    TARGETS,
+    OverheadBench,
+    engine_cpus,
+)
 from benchmarks.overhead.vllm_bench import run_vllm_bench
 
 PARTS = ("rows", "profile", "overload", "vllm-bench")
@@ -60,7 +66,7 @@ def choices(allowed: tuple[str, ...]) -> Any:
 def parser() -> argparse.ArgumentParser:
     p = benchmark_parser(DOC or "")
     p.add_argument("--layout", choices=(*LAYOUTS, "both"), default="unpinned")
-    p.add_argument("--targets", type=choices(TARGETS), default=list(TARGETS[:4]))
+    p.add_argument("--targets", type=choices(TARGETS), default=list(DEFAULT_TARGETS))
     p.add_argument(
         "--before-src",
         help="an older gateway's source tree (a git worktree), run as the target `before`"
@@ -99,7 +105,7 @@ def parser() -> argparse.ArgumentParser:
         help="keep each gateway running across cells (default: a fresh gateway per cell,"
         " as a user's first overload meets it)",
     )
-    p.add_argument("--overload-targets", type=choices(TARGETS), default=list(TARGETS[:4]))
+    p.add_argument("--overload-targets", type=choices(TARGETS), default=list(DEFAULT_TARGETS))
     p.add_argument("--vllm-bench-prompts", type=int, default=320)
     p.add_argument("--vllm-bench-concurrency", type=int, default=32)
     p.add_argument("--vllm-bench-input-len", type=int, default=128)

@@ -24,6 +24,7 @@ from loadtests.prompts import PromptFactory
 TARGETS = (
     "direct",
     "router",
+    "nginx",
     "off",
     "on",
     "before",
@@ -35,6 +36,8 @@ TARGETS = (
 NAMES = {
     "direct": "vLLM direct",
     "router": "vllm-router",
+    # The floor of a relay's cost: one nginx worker, nothing buffered.
+    "nginx": "nginx",
     "off": "gateway, admission off",
     "on": "gateway, admission on",
     # ``--before-src``: an older gateway, admission on, in the same run.
@@ -49,6 +52,9 @@ NAMES = {
     # cap set to the engine's --max-num-seqs.
     "makeup": "gateway as `make up` sets it",
 }
+# What a run compares unless told: the anchors (vLLM direct, its router,
+# nginx as the floor of a relay's cost) and the gateway as `make up` runs it.
+DEFAULT_TARGETS = ("direct", "router", "nginx", "makeup")
 LAYOUTS = ("unpinned", "pinned")
 GATEWAYS = {
     "off": {"GATEWAY_ADMISSION": "off"},
@@ -137,6 +143,8 @@ class OverheadBench(Bench):
             self.proxies["router"] = self.procs.router(
                 f"router-{self.layout}", [self.engine.url], args.router_args.split()
             )
+        if "nginx" in self.targets:
+            self.proxies["nginx"] = self.procs.nginx(f"nginx-{self.layout}", self.engine.url)
         wait_ready(self.proxies.values(), timeout=120)
 
     def _gateway(self, target: str) -> Service:
