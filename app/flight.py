@@ -193,7 +193,7 @@ class Flight:
         with self.trace.queue(retry=bool(self._tried)) as queued:
             self._hold = hold = await services.admission.admit(self._admission, record, self._tried)
             reason = route_reason(hold.choice, retry=bool(self._tried))
-            queued.admitted(hold.engine, reason, services.settings.routing)
+            queued.admitted(hold.engine, reason, services.router.name)
         self._tried.append(hold.engine)
         record.admitted(engine_label(hold.engine), len(self._tried))
         services.metrics.in_flight.inc()

@@ -115,18 +115,18 @@ async def _receive(
             exact_usage=exact_usage,
             request_id=record.engine_request_id,
         )
-        if _count_decides(settings, exact_usage):
+        if _count_decides(settings, exact_usage, services.router.reads_prompts):
             job = await services.counter.count(job, body, record.engine_request_id)
     record.checked(job.model, job.stream)
     return job
 
 
-def _count_decides(settings: Settings, charged: bool) -> bool:
+def _count_decides(settings: Settings, charged: bool, routed_by_prompt: bool) -> bool:
     """Whether a prompt's exact tokens decide anything: its reservation
-    (admission on), its key's charge, the engine prefix routing prefers
-    (what the engines hold is looked up by token ids). With none of them,
-    counting would be work for nothing."""
-    return settings.admission == "on" or charged or settings.routing == "prefix"
+    (admission on), its key's charge, the engine a route that weighs the
+    prompt prefers (what the engines hold is looked up by token ids). With
+    none of them, counting would be work for nothing."""
+    return settings.admission == "on" or charged or routed_by_prompt
 
 
 async def _charge(quota: KeyQuota, key: KeyEntry, record: RequestRecord, demand: Demand) -> Charge:

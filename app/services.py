@@ -21,11 +21,8 @@ from app.metrics import GatewayMetrics
 from app.receiving import Receiving
 from app.record import Telemetry
 from app.response_ids import ResponseHolders, Responses
-from app.routing.base import Picker
-from app.routing.cached import ReportedCache
-from app.routing.least_loaded import LeastLoaded
-from app.routing.prefix import PrefixAffinity
 from app.routing.router import Router
+from app.routing.setup import build_router
 from app.settings import Settings
 from app.state.base import LimitStore
 from app.state.fleet import FleetState
@@ -45,6 +42,8 @@ class Services:
     engines: EnginePool
     drain: Drain
     admission: Admission
+    # Where admission sends a request (its filters, scorers and pick).
+    router: Router
     receiving: Receiving
     estimator: PromptTokenEstimator
     # How prompts are counted (the engine's /tokenize, tokenizer files, or
@@ -66,17 +65,7 @@ def build_services(settings: Settings, drain: Drain) -> Services:
     engine = EngineClient(settings)
     engines = EnginePool(settings, engine, metrics)
     estimator = PromptTokenEstimator()
-    picker: Picker = (
-        PrefixAffinity(settings.routing_load_factor, settings.routing_load_slack)
-        if settings.routing == "prefix"
-        else LeastLoaded()
-    )
-    # What the engines report holding ranks engines only where prefix
-    # routing ranks them at all.
-    cache = None
-    if settings.routing == "prefix" and settings.kv_events_endpoint is not None:
-        cache = ReportedCache(engines.kv_indexes)
-    router = Router(picker, cache=cache)
+    router = build_router(settings, engines.kv_indexes)
     shared = fleet = None
     if settings.redis_url is not None:
         shared = SharedRedis(
@@ -120,6 +109,7 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         engines=engines,
         drain=drain,
         admission=admission,
+        router=router,
         receiving=Receiving(
             settings.max_receiving, metrics.receiving, settings.retry_after_unavailable
         ),

@@ -46,8 +46,14 @@ class Settings(BaseSettings):
     upstream_api_key: SecretStr | None = None
     # Routing among engines where a request fits: least loaded, or prefix
     # affinity with bounded load (no engine above ``routing_load_factor``
-    # times its share of the fleet's requests).
-    routing: Literal["least_loaded", "prefix"] = "least_loaded"
+    # times its share of the fleet's requests). ``auto``: prefix routing
+    # where the engines publish their KV cache events (``kv_events_endpoint``
+    # set), least loaded where they do not (app/routing/setup.py says why).
+    routing: Literal["auto", "least_loaded", "prefix"] = "auto"
+    # The routing scorers' weights, ``name=weight`` comma-separated
+    # (``prefix=1,in_flight=0.5``; the names: app/routing/scorers): unset,
+    # the preset ``routing`` names. A weight of 0 takes a scorer out.
+    routing_scorers: str | None = None
     routing_load_factor: float = Field(1.25, ge=1.0)
     # At low load, an engine may exceed its fair share by this many requests.
     routing_load_slack: int = Field(2, ge=0)

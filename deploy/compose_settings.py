@@ -50,7 +50,10 @@ COMPOSE_DEFAULTS = {
 # A word in .env.example where a default needs one.
 NOTES = {
     "upstream_api_key": "The engines' own --api-key, when they were started with one.",
-    "routing": "least_loaded, or prefix: affinity with bounded load, among several engines.",
+    "routing": "auto (prefix where the engines publish KV events, else least_loaded),"
+    " least_loaded, or prefix: affinity with bounded load, among several engines.",
+    "routing_scorers": "Scorer weights replacing the preset's, e.g. prefix=1,in_flight=0.5"
+    " (docs/fleet.md).",
     "routing_affinity_wait": "Seconds a request may wait for the engine holding its prompt"
     " (prefix routing on KV events; 0: never).",
     "shutdown_timeout": "Keep it under 40: docker-compose.yml gives the gateway 40 s to stop.",

@@ -110,7 +110,12 @@ class Unlimited:
         self, request: AdmissionRequest, record: RequestRecord, excluded: Iterable[str] = ()
     ) -> Hold:
         loads = [
-            EngineLoad(url, state.in_flight, 1.0, 0.0, True, state.view.routable, state.view.models)
+            EngineLoad(
+                id=url,
+                in_flight=state.in_flight,
+                up=state.view.routable,
+                models=state.view.models,
+            )
             for url, state in self.engines.items()
         ]
         route = RouteRequest(

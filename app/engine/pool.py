@@ -209,9 +209,7 @@ class EnginePool:
 
     def candidates(self) -> list[EngineLoad]:
         """Every engine as routing sees it (its filters drop those not routable)."""
-        return [
-            EngineLoad(v.url, 0, 1.0, 0.0, True, v.routable, v.models) for v in self.views.values()
-        ]
+        return [EngineLoad(id=v.url, up=v.routable, models=v.models) for v in self.views.values()]
 
     def status(self) -> list[dict[str, Any]]:
         """Each engine as the pool sees it (``/status``)."""

@@ -1,13 +1,22 @@
 """The routing interfaces: what an engine looks like to routing, and the
 kinds of plug-in a route is made of.
 
-A ``Filter`` drops engines a request may not go to (down, another model,
-tried already); a ``CacheView`` says how much of the request's prompt each
-remaining engine already holds in its prefix cache (what the engines report
-of it: ``app.routing.cached``); a ``Picker`` ranks them and picks one (least
-loaded, prefix affinity with bounded load). ``app.routing.router.Router``
-runs the filters, asks the cache view, then the picker: a new policy is a
-new small class, not an edit in admission. A picker may also answer
+A route is a pipeline of small plug-ins, as in llm-d's inference scheduler:
+
+- a ``Filter`` drops engines a request may not go to (down, another model,
+  tried already, not the one it is pinned to);
+- a ``CacheView`` says how much of the request's prompt each remaining
+  engine already holds in its prefix cache (what the engines report of it:
+  ``app.routing.cached``);
+- each ``Scorer`` gives every remaining engine a score in [0, 1] for this
+  request (``app.routing.scorers``: how empty its KV budget is, how few
+  requests it runs, how much of the prompt it holds); the weights in the
+  settings add them up;
+- the picker (``app.routing.router``) takes the best-scored engine where the
+  request fits now and, with a load cap, that is under its cap.
+
+A new signal is a new scorer (a file and its entry in the scorers' table),
+not an edit in admission or the picker. The router may also answer
 ``Wait``: hold the request a while for the engine that holds its prompt
 (admission bounds the wait).
 """
@@ -24,19 +33,22 @@ from app.routing.block_index import PromptBlocks
 Fallback = Literal["token_ids", "events"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EngineLoad:
-    """One engine, as routing sees it for one request."""
+    """One engine, as routing sees it for one request (every field named:
+    an engine that admission does not budget — admission off, a light call —
+    is ``EngineLoad(id=..., up=..., models=...)`` and the rest defaults to
+    empty and fitting)."""
 
     id: str
     # Requests admitted to it now (across replicas, as far as known).
-    in_flight: int
+    in_flight: int = 0
     # Its share of the fleet's capacity (its KV budget, in blocks).
-    weight: float
+    weight: float = 1.0
     # Its KV reservation as a fraction of its budget.
-    reserved: float
+    reserved: float = 0.0
     # Whether the request fits there now (KV budget and sequence cap).
-    fits: bool
+    fits: bool = True
     # In routing: not ejected.
     up: bool = True
     models: frozenset[str] = field(default_factory=frozenset)
@@ -99,11 +111,7 @@ class CacheView(Protocol):
         prefix cache, or None when that is not known now."""
 
 
-class Picker(Protocol):
-    def choose(
-        self, affinity: int | None, engines: Sequence[EngineLoad], *, may_wait: bool = False
-    ) -> Choice | Wait | None:
-        """The engine for a request among ``engines`` that it fits, or None
-        if it fits none. ``affinity`` keys the request's prompt prefix;
-        ``may_wait``: the request may be held for a while (``Wait``) for an
-        engine it does not fit now."""
+class Scorer(Protocol):
+    def score(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> list[float]:
+        """Each of ``engines``' score for ``request``, in [0, 1] (1: the best
+        place for it by this scorer's signal), in the engines' order."""

@@ -1,15 +1,30 @@
-"""A route: the filters, what the engines hold of the prompt, the picker.
+"""A route: the filters, what the engines hold of the prompt, the scorers,
+the pick.
 
-With a cache view (the engines' KV cache events), each engine the filters
-keep carries how many of the prompt's leading blocks it holds — for every
-engine or for none: a count known for some engines only would favour those
-whose events happen to be live over one that may hold more, so when any is
-unknown (or the prompt's token ids are), the picker ranks by the prompt's
-approximate key alone, and the choice says why (``Choice.fallback``).
+The scorers (``app.routing.scorers``) each give every engine the filters
+keep a score in [0, 1]; their weighted sum ranks the engines, ties broken by
+the prompt's key (rendezvous hashing, where the route weighs the prompt),
+then by the least reserved budget, the fewest requests in flight and the id
+— so that routing is deterministic and the same on every replica. The
+request goes to the best-ranked engine where it fits now and, where the
+route has a load cap, that is under it; when none is under its cap (the
+fleet is nearly full), to the least loaded where it fits.
+
+With a cache view (the engines' KV cache events), each engine carries how
+many of the prompt's leading blocks it holds — for every engine or for
+none: a count known for some engines only would favour those whose events
+happen to be live over one that may hold more, so when any is unknown (or
+the prompt's token ids are), the route ranks by the prompt's key alone and
+the choice says why (``Choice.fallback``).
+
+One exception, bounded by admission: where an engine reports holding more
+of the prompt than any engine with room, is under its cap and has no room
+for the request yet, a request that may wait (``may_wait``: it has not
+waited its ``GATEWAY_ROUTING_AFFINITY_WAIT`` yet) waits for it (``Wait``).
 """
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from app.routing.base import (
     CacheView,
@@ -17,24 +32,40 @@ from app.routing.base import (
     EngineLoad,
     Fallback,
     Filter,
-    Picker,
     RouteRequest,
+    Scorer,
     Wait,
 )
 from app.routing.filters import ELIGIBLE, eligible
-from app.routing.least_loaded import LeastLoaded
+from app.routing.load_cap import LoadCap
+from app.routing.rendezvous import key_weight
+from app.routing.scorers import PRESETS, READS_PROMPTS, SCORERS, ScorerName
 
 
 class Router:
     def __init__(
         self,
-        picker: Picker | None = None,
-        filters: Sequence[Filter] = ELIGIBLE,
+        weights: Mapping[ScorerName, float] | None = None,
+        *,
+        cap: LoadCap | None = None,
         cache: CacheView | None = None,
+        filters: Sequence[Filter] = ELIGIBLE,
+        name: str = "least_loaded",
+        table: Mapping[ScorerName, Callable[[], Scorer]] = SCORERS,
     ):
-        self.picker: Picker = picker or LeastLoaded()
+        # What the route is called in traces and logs: its preset, or its weights.
+        self.name = name
+        weights = PRESETS["least_loaded"] if weights is None else weights
+        # A scorer at weight 0 is out of the decision: not even asked.
+        self.scorers = [(table[name](), w) for name, w in weights.items() if w > 0]
+        if not self.scorers:
+            raise ValueError("a route needs a scorer with a weight above 0")
+        # Whether the route ranks by the request's prompt (and so needs its
+        # tokens counted, its key, what the engines hold of it).
+        self.reads_prompts = any(w > 0 and n in READS_PROMPTS for n, w in weights.items())
+        self.cap = cap
+        self.cache = cache if self.reads_prompts else None
         self.filters = tuple(filters)
-        self.cache = cache
 
     def choose(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> Choice | Wait | None:
         """The engine for ``request``, or None if no engine may take it now
@@ -45,10 +76,45 @@ class Router:
         fallback: Fallback | None = None
         if self.cache is not None:
             candidates, fallback = self._with_held(request, candidates)
-        choice = self.picker.choose(request.affinity, candidates, may_wait=request.may_wait)
-        if not isinstance(choice, Choice) or fallback is None:
-            return choice
-        return dataclasses.replace(choice, fallback=fallback)
+        ranked = self.rank(request, candidates)
+        preferred = ranked[0] if self.reads_prompts and request.affinity is not None else None
+        cap = self.cap
+        if (
+            preferred is not None
+            and request.may_wait
+            and _worth_waiting(preferred, candidates)
+            and (cap is None or cap.under(preferred, candidates))
+        ):
+            return Wait(preferred.id)
+        fitting = [e for e in ranked if e.fits]
+        if not fitting:
+            return None
+        allowed = fitting if cap is None else [e for e in fitting if cap.under(e, candidates)]
+        chosen = allowed[0] if allowed else min(fitting, key=_least_loaded)
+        overridden = preferred is not None and chosen is not preferred and preferred.fits
+        return Choice(
+            chosen.id,
+            preferred.id if preferred is not None else None,
+            overridden,
+            fallback=fallback,
+        )
+
+    def rank(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> list[EngineLoad]:
+        """``engines``, best first: by their weighted scores, then the tie-breaks."""
+        totals = [0.0] * len(engines)
+        for scorer, weight in self.scorers:
+            for i, score in enumerate(scorer.score(request, engines)):
+                totals[i] += weight * score
+        key = request.affinity if self.reads_prompts else None
+        order = sorted(
+            range(len(engines)),
+            key=lambda i: (
+                -totals[i],
+                -key_weight(key, engines[i].id) if key is not None else 0,
+                *_least_loaded(engines[i]),
+            ),
+        )
+        return [engines[i] for i in order]
 
     def _with_held(
         self, request: RouteRequest, engines: list[EngineLoad]
@@ -60,3 +126,18 @@ class Router:
         if any(h is None for h in held):
             return engines, "events"
         return [dataclasses.replace(e, held=h) for e, h in zip(engines, held, strict=True)], None
+
+
+def _least_loaded(engine: EngineLoad) -> tuple[float, int, str]:
+    return (engine.reserved, engine.in_flight, engine.id)
+
+
+def _worth_waiting(preferred: EngineLoad, engines: Sequence[EngineLoad]) -> bool:
+    """``preferred`` reports holding part of the prompt, has no room for it
+    now, and no engine with room holds as much."""
+    held = preferred.held or 0
+    return (
+        held > 0
+        and not preferred.fits
+        and not any(e.fits and (e.held or 0) >= held for e in engines)
+    )

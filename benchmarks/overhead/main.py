@@ -14,6 +14,7 @@ from benchmarks.overhead.rows import Row, aggregate, measured_run, rows_of, run_
 from benchmarks.overhead.tables import compare, render
 from benchmarks.overhead.targets import (
     DEFAULT_TARGETS,
+    GATEWAYS,
     LAYOUTS,
     TARGETS,
     OverheadBench,
@@ -85,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
         "--kv-blocks", type=int, help="the engine's KV blocks (vLLM's --num-gpu-blocks-override)"
     )
     p.add_argument("--max-num-seqs", type=int, default=128)
-    p.add_argument("--profile-targets", type=choices(("off", "on")), default=["on"])
+    p.add_argument("--profile-targets", type=choices(tuple(GATEWAYS)), default=["makeup"])
     p.add_argument("--profile-streams", type=int, default=32)
     p.add_argument("--profile-seconds", type=int, default=15)
     p.add_argument("--profile-rate", type=int, default=100)
@@ -127,6 +128,8 @@ def main() -> None:
         args.before_commit = source_commit(args.before_src)
     elif "before" in args.targets:
         raise SystemExit("the target `before` needs --before-src")
+    if "profile" in args.parts and not set(args.profile_targets) <= set(args.targets):
+        raise SystemExit("--profile-targets must be among --targets (they profile those gateways)")
     layouts = list(LAYOUTS) if args.layout == "both" else [args.layout]
 
     async def run(procs: Processes, out: Path) -> dict[str, Any]:

@@ -11,9 +11,8 @@ from app.engine.view import FixedView
 from app.metrics import GatewayMetrics
 from app.routing.block_index import BlockIndex, PromptBlocks
 from app.routing.cached import ReportedCache
-from app.routing.prefix import PrefixAffinity
-from app.routing.router import Router
 from app.settings import Settings
+from tests.support.routing import prefix_router
 
 
 def queued(
@@ -31,7 +30,7 @@ async def test_a_request_waiting_for_its_prefixs_engine_is_admitted_when_its_wai
     engine tick — and it is admitted elsewhere all the same once its wait
     is over: the controller looks again then."""
     indexes = {"e0": BlockIndex(), "e1": BlockIndex()}
-    router = Router(PrefixAffinity(), cache=ReportedCache(indexes))
+    router = prefix_router(ReportedCache(indexes))
     settings = Settings(routing_affinity_wait=0.2, max_request_share=1.0)
     controller = AdmissionController(settings, GatewayMetrics(), PromptTokenEstimator(), router)
     for url in indexes:

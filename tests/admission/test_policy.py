@@ -13,8 +13,7 @@ from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reser
 from app.engine.view import FixedView
 from app.routing.block_index import BlockIndex, PromptBlocks
 from app.routing.cached import ReportedCache
-from app.routing.prefix import PrefixAffinity
-from app.routing.router import Router
+from tests.support.routing import PrefixRoute, prefix_router
 
 
 def policy(
@@ -161,7 +160,7 @@ def test_a_forgotten_engine_takes_its_releases_quietly() -> None:
 
 def test_prefix_routing_keeps_a_prefix_on_one_engine() -> None:
     p = policy(blocks=100, engines=3)
-    p.router = Router(PrefixAffinity())
+    p.router = prefix_router()
     for i in range(4):
         add(p, waiter(f"t{i}", affinity=1234))
     assert len({r.engine for _, r in admit_all(p)}) == 1
@@ -173,14 +172,14 @@ def test_a_prompt_goes_to_the_engine_that_reports_holding_it() -> None:
     known (the choice says why)."""
     p = policy(blocks=100, engines=3)
     indexes = {f"e{i}": BlockIndex() for i in range(3)}
-    p.router = Router(PrefixAffinity(), cache=ReportedCache(indexes))
+    p.router = prefix_router(ReportedCache(indexes))
     ids = tuple(range(8))
     assert indexes["e2"].stored([1, 2], None, list(ids), 4)
     for index in indexes.values():
         index.live = True
     # Keys whose own ranking prefers another engine; three, under the cap.
     fleet = [b.load(waiter()) for b in p.engines.values()]
-    keys = [k for k in range(50) if PrefixAffinity().choose(k, fleet).engine != "e2"]  # type: ignore[union-attr]
+    keys = [k for k in range(50) if PrefixRoute().choose(k, fleet).engine != "e2"]  # type: ignore[union-attr]
     for key in keys[:3]:
         add(p, waiter(f"t{key}", affinity=key, prompt=PromptBlocks(ids)))
     admitted = admit_all(p)
@@ -530,7 +529,7 @@ def held_on_e0(affinity_wait: float) -> tuple[AdmissionPolicy, PromptBlocks, Res
     blocks, and full: a request for that prompt fits only on e1 now."""
     p = policy(blocks=10, engines=2, affinity_wait=affinity_wait, max_request_share=1.0)
     indexes = {f"e{i}": BlockIndex() for i in range(2)}
-    p.router = Router(PrefixAffinity(), cache=ReportedCache(indexes))
+    p.router = prefix_router(ReportedCache(indexes))
     prompt = PromptBlocks(tuple(range(8)))
     assert indexes["e0"].stored([1, 2], None, list(prompt.ids), 4)
     for index in indexes.values():

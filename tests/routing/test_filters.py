@@ -2,12 +2,18 @@
 
 from app.routing.base import EngineLoad, RouteRequest
 from app.routing.filters import eligible
-from app.routing.least_loaded import LeastLoaded
 from app.routing.router import Router
 
 
 def engine(id: str, *, up: bool = True, models: str = "m", in_flight: int = 0) -> EngineLoad:
-    return EngineLoad(id, in_flight, 100.0, in_flight / 10, True, up, frozenset(models.split()))
+    return EngineLoad(
+        id=id,
+        in_flight=in_flight,
+        weight=100.0,
+        reserved=in_flight / 10,
+        up=up,
+        models=frozenset(models.split()),
+    )
 
 
 def test_a_request_goes_only_to_engines_in_routing_that_serve_its_model_and_were_not_tried() -> (
@@ -27,7 +33,7 @@ def test_a_request_goes_only_to_engines_in_routing_that_serve_its_model_and_were
 
 def test_a_pinned_request_goes_to_its_engine_or_nowhere() -> None:
     fleet = [engine("calm"), engine("holder", in_flight=5), engine("down", up=False)]
-    choice = Router(LeastLoaded()).choose(RouteRequest("m", pinned="holder"), fleet)
+    choice = Router().choose(RouteRequest("m", pinned="holder"), fleet)
     assert choice is not None
     assert choice.engine == "holder"
     assert eligible(RouteRequest("m", pinned="down"), fleet) == []
@@ -36,7 +42,7 @@ def test_a_pinned_request_goes_to_its_engine_or_nowhere() -> None:
 def test_the_router_picks_among_what_the_filters_keep() -> None:
     # The least loaded engine is down: the picker never sees it.
     fleet = [engine("down", up=False), engine("busy", in_flight=5), engine("calm", in_flight=1)]
-    choice = Router(LeastLoaded()).choose(RouteRequest("m"), fleet)
+    choice = Router().choose(RouteRequest("m"), fleet)
     assert choice is not None
     assert choice.engine == "calm"
     assert Router().choose(RouteRequest("m"), [engine("down", up=False)]) is None
@@ -51,7 +57,7 @@ class OnlyEven:
 
 def test_a_new_filter_plugs_in_beside_the_others() -> None:
     fleet = [engine(f"e{i}", in_flight=9 - i) for i in range(4)]
-    router = Router(LeastLoaded(), filters=(*Router().filters, OnlyEven()))
+    router = Router(filters=(*Router().filters, OnlyEven()))
     choice = router.choose(RouteRequest("m"), fleet)
     assert choice is not None
     assert choice.engine == "e2"

@@ -22,11 +22,11 @@ from app.engine.kv_subscriber import KvEventSubscriber
 from app.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
 from app.routing.block_index import BlockIndex, PromptBlocks
-from app.routing.prefix import PrefixAffinity
 from app.routing.prefix_key import prompt_keys
 from app.validation import Limits, check_request
 from tests.support.engines import KV_EVENTS, MODEL, Engine, kv_events_port
 from tests.support.gateways import Gateway, StartGateway
+from tests.support.routing import PrefixRoute
 from tests.support.wait import wait_for
 
 BLOCK = 128
@@ -42,13 +42,13 @@ def prompt_preferring(engine: Engine, fleet: list[Engine], seed: int) -> list[in
     """Token ids of a new prompt whose prefix key prefers ``engine`` (the
     ranking the gateway uses when no engine holds the prompt)."""
     rng = random.Random(seed)
-    loads = [EngineLoad(e.url, 0, 24.0, 0.0, True) for e in fleet]
+    loads = [EngineLoad(id=e.url, weight=24.0) for e in fleet]
     while True:
         ids = [rng.randrange(10, 1000) for _ in range(PROMPT_TOKENS)]
         body = {"model": MODEL, "prompt": ids}
         job = check_request("completions", body, {MODEL: None}, Limits(4, 4), "1.1")
         key = prompt_keys(job, lambda chars: chars).affinity
-        choice = PrefixAffinity().choose(key, loads)
+        choice = PrefixRoute().choose(key, loads)
         if choice is not None and choice.engine == engine.url:
             return ids
 
@@ -175,14 +175,14 @@ async def test_a_chat_the_gateway_counted_goes_to_the_engine_that_holds_it(
     )
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
     assert await wait_for(lambda: gateway.metric("gateway_kv_events_up") == 2, timeout=60)
-    loads = [EngineLoad(e.url, 0, 24.0, 0.0, True) for e in fleet]
+    loads = [EngineLoad(id=e.url, weight=24.0) for e in fleet]
     for seed in range(100, 200):
         messages = chat(seed)
         ids = await chat_ids(idle_engine, messages)
         as_ids = {"model": MODEL, "prompt": ids}
         job = check_request("completions", as_ids, {MODEL: None}, Limits(4, 4), "1.1")
         key = prompt_keys(job, lambda chars: chars).affinity
-        preferred = PrefixAffinity().choose(key, loads)
+        preferred = PrefixRoute().choose(key, loads)
         if preferred is not None and preferred.engine == second.url:
             break
     assert len(ids) > 3 * BLOCK

@@ -1,11 +1,12 @@
-"""Prefix affinity with bounded load (``app.routing.prefix``), on its own:
-pure, no engines."""
+"""Prefix routing: the router with the ``prefix`` preset (what the engines
+hold of the prompt, the prompt's key breaking ties) and the load cap. Pure,
+no engines."""
 
 import math
 import random
 
 from app.routing.base import Choice, EngineLoad, Wait
-from app.routing.prefix import PrefixAffinity
+from tests.support.routing import PrefixRoute
 
 
 def engines(*loads: int, fits: bool = True) -> list[EngineLoad]:
@@ -17,15 +18,15 @@ def engines(*loads: int, fits: bool = True) -> list[EngineLoad]:
 
 def test_only_engines_where_the_request_fits_are_chosen() -> None:
     fleet = engines(0, 5)
-    full = EngineLoad("e0", 0, 100.0, 0.0, fits=False)
+    full = EngineLoad(id="e0", in_flight=0, weight=100.0, reserved=0.0, fits=False)
     for key in range(50):
-        choice = PrefixAffinity().choose(key, [full, fleet[1]])
+        choice = PrefixRoute().choose(key, [full, fleet[1]])
         assert isinstance(choice, Choice)
         assert choice.engine == "e1"
 
 
 def test_a_prefix_keeps_to_one_engine_and_keys_spread_over_all() -> None:
-    router = PrefixAffinity()
+    router = PrefixRoute()
     fleet = engines(2, 2, 2, 2)
     picks = {}
     for key in range(400):
@@ -40,7 +41,7 @@ def test_a_prefix_keeps_to_one_engine_and_keys_spread_over_all() -> None:
 
 
 def test_an_ejected_engine_moves_only_its_own_keys() -> None:
-    router = PrefixAffinity()
+    router = PrefixRoute()
     fleet = engines(0, 0, 0)
     before = {}
     for key in range(300):
@@ -58,11 +59,14 @@ def test_an_ejected_engine_moves_only_its_own_keys() -> None:
 def test_a_hot_prefix_is_capped_at_the_factor_times_the_mean() -> None:
     """Everyone sends one document: its engine fills to its cap, then the
     next in the ranking takes the rest; no engine ends above the cap."""
-    router = PrefixAffinity(factor=1.25, slack=0)
+    router = PrefixRoute(factor=1.25, slack=0)
     load = {f"e{i}": 0 for i in range(4)}
     overrides = 0
     for _ in range(200):
-        fleet = [EngineLoad(i, n, 100.0, n / 100, True) for i, n in load.items()]
+        fleet = [
+            EngineLoad(id=i, in_flight=n, weight=100.0, reserved=n / 100, fits=True)
+            for i, n in load.items()
+        ]
         choice = router.choose(42, fleet)
         assert isinstance(choice, Choice)
         overrides += choice.overridden
@@ -73,12 +77,15 @@ def test_a_hot_prefix_is_capped_at_the_factor_times_the_mean() -> None:
 
 
 def test_the_cap_follows_capacity_on_engines_of_different_sizes() -> None:
-    router = PrefixAffinity(factor=1.0, slack=0)
+    router = PrefixRoute(factor=1.0, slack=0)
     load = {"big": 0, "small": 0}
     weight = {"big": 300.0, "small": 100.0}
     rng = random.Random(1)
     for _ in range(400):
-        fleet = [EngineLoad(i, n, weight[i], 0.0, True) for i, n in load.items()]
+        fleet = [
+            EngineLoad(id=i, in_flight=n, weight=weight[i], reserved=0.0, fits=True)
+            for i, n in load.items()
+        ]
         choice = router.choose(rng.randrange(3), fleet)
         assert isinstance(choice, Choice)
         load[choice.engine] += 1
@@ -88,8 +95,11 @@ def test_the_cap_follows_capacity_on_engines_of_different_sizes() -> None:
 def test_no_engine_under_its_cap_falls_back_to_the_least_loaded() -> None:
     # e0 is far over its share (cap ceil(31 / 2) = 16) and e1 has no room:
     # the request still goes somewhere it fits.
-    crowded = [EngineLoad("e0", 30, 100.0, 0.9, True), EngineLoad("e1", 0, 100.0, 0.5, False)]
-    choice = PrefixAffinity(factor=1.0, slack=0).choose(3, crowded)
+    crowded = [
+        EngineLoad(id="e0", in_flight=30, weight=100.0, reserved=0.9, fits=True),
+        EngineLoad(id="e1", in_flight=0, weight=100.0, reserved=0.5, fits=False),
+    ]
+    choice = PrefixRoute(factor=1.0, slack=0).choose(3, crowded)
     assert isinstance(choice, Choice)
     assert choice.engine == "e0"
 
@@ -97,11 +107,14 @@ def test_no_engine_under_its_cap_falls_back_to_the_least_loaded() -> None:
 def test_at_low_load_a_prefix_stays_on_its_engine() -> None:
     """Three requests on three idle engines: the fair share is one request
     each, yet the slack keeps them together on the prefix's engine."""
-    router = PrefixAffinity(factor=1.25, slack=2)
+    router = PrefixRoute(factor=1.25, slack=2)
     load = {f"e{i}": 0 for i in range(3)}
     chosen = set()
     for _ in range(3):
-        fleet = [EngineLoad(i, n, 100.0, 0.0, True) for i, n in load.items()]
+        fleet = [
+            EngineLoad(id=i, in_flight=n, weight=100.0, reserved=0.0, fits=True)
+            for i, n in load.items()
+        ]
         choice = router.choose(99, fleet)
         assert isinstance(choice, Choice)
         chosen.add(choice.engine)
@@ -110,13 +123,18 @@ def test_at_low_load_a_prefix_stays_on_its_engine() -> None:
 
 
 def held(loads: dict[str, int], holds: dict[str, int]) -> list[EngineLoad]:
-    return [EngineLoad(i, n, 100.0, n / 100, True, held=holds.get(i, 0)) for i, n in loads.items()]
+    return [
+        EngineLoad(
+            id=i, in_flight=n, weight=100.0, reserved=n / 100, fits=True, held=holds.get(i, 0)
+        )
+        for i, n in loads.items()
+    ]
 
 
 def test_the_engine_that_holds_most_of_the_prompt_ranks_first_whatever_the_key() -> None:
     """What the engines report holding outranks the key: for every key, the
     engine holding the most leading blocks is preferred and chosen."""
-    router = PrefixAffinity()
+    router = PrefixRoute()
     for key in range(100):
         for holder in ("e0", "e1", "e2"):
             holds = {"e0": 1, "e1": 1, "e2": 1, holder: 5}
@@ -128,7 +146,7 @@ def test_the_engine_that_holds_most_of_the_prompt_ranks_first_whatever_the_key()
 def test_engines_that_hold_alike_are_ranked_by_the_key() -> None:
     """Nothing cached anywhere yet (or the same everywhere): the key's ranking,
     as without events, so a new prefix's requests still meet on one engine."""
-    router = PrefixAffinity()
+    router = PrefixRoute()
     fleet = {"e0": 0, "e1": 0, "e2": 0}
     chosen = set()
     for key in range(100):
@@ -146,7 +164,7 @@ def test_engines_that_hold_alike_are_ranked_by_the_key() -> None:
 def test_a_holder_over_its_cap_passes_the_request_to_the_next_best_holder() -> None:
     """The load cap holds for what engines report too: past it, the request
     goes to the engine that holds the next most, not to the key's choice."""
-    router = PrefixAffinity(factor=1.0, slack=0)
+    router = PrefixRoute(factor=1.0, slack=0)
     loads = {"e0": 6, "e1": 0, "e2": 0}
     holds = {"e0": 8, "e1": 0, "e2": 2}
     for key in range(50):
@@ -156,29 +174,34 @@ def test_a_holder_over_its_cap_passes_the_request_to_the_next_best_holder() -> N
 
 
 def holding(held: int, in_flight: int = 4, fits: bool = False) -> EngineLoad:
-    return EngineLoad("holder", in_flight, 100.0, 0.9, fits=fits, held=held)
+    return EngineLoad(
+        id="holder", in_flight=in_flight, weight=100.0, reserved=0.9, fits=fits, held=held
+    )
 
 
 def test_a_request_that_may_wait_waits_for_the_engine_holding_the_most_of_its_prompt() -> None:
-    other = EngineLoad("other", 3, 100.0, 0.1, fits=True, held=0)
-    assert PrefixAffinity().choose(1, [holding(5), other], may_wait=True) == Wait("holder")
+    other = EngineLoad(id="other", in_flight=3, weight=100.0, reserved=0.1, fits=True, held=0)
+    assert PrefixRoute().choose(1, [holding(5), other], may_wait=True) == Wait("holder")
     # Not allowed to wait (its wait is over): where it fits, now.
-    choice = PrefixAffinity().choose(1, [holding(5), other])
+    choice = PrefixRoute().choose(1, [holding(5), other])
     assert isinstance(choice, Choice)
     assert choice.engine == "other"
 
 
 def test_nothing_waits_for_an_engine_when_one_with_room_holds_as_much_or_none_holds_any() -> None:
-    as_much = EngineLoad("other", 3, 100.0, 0.1, fits=True, held=5)
-    choice = PrefixAffinity().choose(1, [holding(5), as_much], may_wait=True)
+    as_much = EngineLoad(id="other", in_flight=3, weight=100.0, reserved=0.1, fits=True, held=5)
+    choice = PrefixRoute().choose(1, [holding(5), as_much], may_wait=True)
     assert isinstance(choice, Choice)
     assert choice.engine == "other"
-    unknown = [holding(0), EngineLoad("other", 3, 100.0, 0.1, fits=True)]
-    assert isinstance(PrefixAffinity().choose(1, unknown, may_wait=True), Choice)
+    unknown = [
+        holding(0),
+        EngineLoad(id="other", in_flight=3, weight=100.0, reserved=0.1, fits=True),
+    ]
+    assert isinstance(PrefixRoute().choose(1, unknown, may_wait=True), Choice)
 
 
 def test_nothing_waits_for_an_engine_loaded_past_its_cap() -> None:
-    other = EngineLoad("other", 0, 100.0, 0.1, fits=True, held=0)
-    choice = PrefixAffinity().choose(1, [holding(5, in_flight=10), other], may_wait=True)
+    other = EngineLoad(id="other", in_flight=0, weight=100.0, reserved=0.1, fits=True, held=0)
+    choice = PrefixRoute().choose(1, [holding(5, in_flight=10), other], may_wait=True)
     assert isinstance(choice, Choice)
     assert choice.engine == "other"

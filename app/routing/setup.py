@@ -1,0 +1,55 @@
+"""The router the settings describe.
+
+``GATEWAY_ROUTING=auto`` (the default) is prefix routing where the engines
+publish their KV cache events and least loaded where they do not. Measured
+(docs/benchmarks.md, "Routing over two engines"): on KV events, prefix
+routing started answers sooner than least loaded on every mix and held the
+most prefix-cache hits where the documents overflow one engine's cache; by
+the prompt's approximate key alone (no events) it won that mix too, but
+started answers 4× later where the documents fit (670 ms against 174), so a
+deployment without events gets least loaded unless it asks for ``prefix``.
+
+``GATEWAY_ROUTING_SCORERS`` replaces the preset's weights; a load cap
+(``routing_load_factor``, ``routing_load_slack``) bounds every route that
+weighs the prompt.
+"""
+
+from collections.abc import Mapping
+
+from app.routing.base import CacheView
+from app.routing.block_index import BlockIndex
+from app.routing.cached import ReportedCache
+from app.routing.load_cap import LoadCap
+from app.routing.router import Router
+from app.routing.scorers import PRESETS, READS_PROMPTS, ScorerName, scorer_weights
+from app.settings import Settings
+
+
+def routing_preset(settings: Settings) -> str:
+    """The preset ``GATEWAY_ROUTING`` comes to (``auto`` resolved)."""
+    if settings.routing != "auto":
+        return settings.routing
+    return "prefix" if settings.kv_events_endpoint is not None else "least_loaded"
+
+
+def routing_weights(settings: Settings) -> Mapping[ScorerName, float]:
+    if settings.routing_scorers is not None:
+        return scorer_weights(settings.routing_scorers)
+    return PRESETS[routing_preset(settings)]
+
+
+def build_router(settings: Settings, kv_indexes: Mapping[str, BlockIndex]) -> Router:
+    weights = routing_weights(settings)
+    reads_prompts = any(w > 0 and name in READS_PROMPTS for name, w in weights.items())
+    cap = LoadCap(settings.routing_load_factor, settings.routing_load_slack)
+    # What the engines report holding ranks engines only where a route
+    # weighs the prompt at all, and only if they publish it.
+    cache: CacheView | None = None
+    if reads_prompts and settings.kv_events_endpoint is not None:
+        cache = ReportedCache(kv_indexes)
+    name = routing_preset(settings) if settings.routing_scorers is None else _named(weights)
+    return Router(weights, cap=cap if reads_prompts else None, cache=cache, name=name)
+
+
+def _named(weights: Mapping[ScorerName, float]) -> str:
+    return ",".join(f"{name}={weight:g}" for name, weight in weights.items())
