@@ -52,16 +52,12 @@ class LocalDispatch:
         self._wake = wake
         self._expire = expire
         self._publish = publish
-        # A look at the queue when the first request waiting for its
-        # prefix's engine may stop waiting (nothing else may happen then).
-        self._wait_timer: asyncio.TimerHandle | None = None
 
     def dispatch(self) -> None:
         admitted, expired = self._policy.pop_admissible(time.monotonic())
         for waiter, reservation in admitted:
             self._wake(waiter, reservation)
         self._expire(expired)
-        self._look_when_a_wait_ends()
         self._publish()
 
     def released(self, reservation: Reservation) -> None:
@@ -69,15 +65,6 @@ class LocalDispatch:
 
     async def run(self) -> None:
         return None  # admissions are made by whoever changed something
-
-    def _look_when_a_wait_ends(self) -> None:
-        if self._wait_timer is not None:
-            self._wait_timer.cancel()
-            self._wait_timer = None
-        ends = self._policy.wait_ends
-        if ends is not None:
-            delay = max(0.0, ends - time.monotonic())
-            self._wait_timer = asyncio.get_running_loop().call_later(delay, self.dispatch)
 
 
 class SharedDispatch:

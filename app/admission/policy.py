@@ -88,8 +88,10 @@ cap above bounds how long it can hold them. Only requests for a model whose
 engines are full wait behind such a head: a request for another model goes
 on. One waiter is passed over instead of waited behind: a request that
 waits by choice for the engine holding its prompt (``affinity_wait``,
-``app.routing.prefix``) keeps its place while the ones behind it go — for
-a bounded time, after which it is placed where it fits like any other.
+``app.routing.router``) keeps its place while the ones behind it go — for
+a bounded time, after which it is placed where it fits like any other. It
+waits only while others use the room it could take elsewhere: room that
+no one behind it took in a dispatch round, it takes.
 
 *Refusing early, and Retry-After.* A new request whose predicted wait is
 longer than the queue's deadline is refused at once rather than after it
@@ -108,6 +110,7 @@ from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
 from app.engine.view import EngineView
+from app.identity import PRIORITIES
 from app.routing.base import Choice, RouteRequest, Wait
 from app.routing.router import Router
 from app.settings import default
@@ -177,9 +180,10 @@ class AdmissionPolicy:
             cold_turnover=self.config.cold_turnover,
         )
         self._round = 0
-        # When the first of the requests waiting for their prefix's engine
-        # stops waiting (None: none waits): the controller looks again then.
-        self.wait_ends: float | None = None
+        # No timer for a waiter's wait to end: room it could take elsewhere
+        # that no one else took, it takes in the round that frees it
+        # (``decide``), so its wait ending changes nothing until the next
+        # release or arrival, which looks again anyway.
         self._reserved_done = 0.0
         self._peak_done = 0.0
 
@@ -302,8 +306,15 @@ class AdmissionPolicy:
                 budget, choice = placed
                 return Decision(waiter, budget, choice), expired
             full_models.add(waiter.model)
-        # The end of a dispatch round.
-        self.wait_ends = min((w.arrival + self.config.affinity_wait for w in passed), default=None)
+        # The end of a dispatch round. A waiter waiting for its prompt's
+        # engine takes room elsewhere that no one behind it took: it waits
+        # while others can use that room, never beside it while it idles.
+        for waiter in sorted(passed, key=lambda w: (PRIORITIES.index(w.priority), w.arrival)):
+            placed = self._place(waiter) if waiter.deadline > now else None
+            if placed is not None and not isinstance(placed, Wait):
+                passed.discard(waiter)
+                budget, choice = placed
+                return Decision(waiter, budget, choice), expired
         self.forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         self._round += 1
         return None, expired

@@ -21,6 +21,8 @@ class Setting:
     router: bool = False
     # GATEWAY_ROUTING_AFFINITY_WAIT (None: the gateway's default).
     affinity_wait: float | None = None
+    # GATEWAY_ROUTING_SCORERS (None: the preset ``routing`` names).
+    scorers: str | None = None
 
     @property
     def slug(self) -> str:
@@ -33,11 +35,28 @@ KEY = Setting("prefix key", "prefix")
 KEY_PLAIN = Setting("prefix key, prefix-aware demand off", "prefix", aware=False)
 EVENTS = Setting("prefix, KV events", "prefix", kv_events=True)
 EVENTS_WAIT = Setting("prefix, KV events, wait 1 s", "prefix", kv_events=True, affinity_wait=1.0)
+EVENTS_WAIT_LONG = Setting(
+    "prefix, KV events, wait 10 s", "prefix", kv_events=True, affinity_wait=10.0
+)
+EVENTS_QUEUE = Setting(
+    "prefix + in_flight 0.5, KV events", "prefix", kv_events=True, scorers="prefix=1,in_flight=0.5"
+)
 ROUTER_CACHE = Setting("vllm-router cache_aware", "cache_aware", router=True)
 ROUTER_KV = Setting("vllm-router kv_aware", "kv_aware", router=True)
 
-RAG = [LEAST, LEAST_PLAIN, KEY, KEY_PLAIN, EVENTS, EVENTS_WAIT, ROUTER_CACHE, ROUTER_KV]
-SKEWED = [KEY, LEAST, EVENTS, EVENTS_WAIT, ROUTER_CACHE, ROUTER_KV]
+RAG = [
+    LEAST,
+    LEAST_PLAIN,
+    KEY,
+    KEY_PLAIN,
+    EVENTS,
+    EVENTS_WAIT,
+    EVENTS_WAIT_LONG,
+    EVENTS_QUEUE,
+    ROUTER_CACHE,
+    ROUTER_KV,
+]
+SKEWED = [KEY, LEAST, EVENTS, EVENTS_WAIT, EVENTS_WAIT_LONG, EVENTS_QUEUE, ROUTER_CACHE, ROUTER_KV]
 ALL = {s.name: s for s in RAG + SKEWED}
 
 
@@ -57,6 +76,8 @@ def start(
     }
     if setting.affinity_wait is not None:
         env["GATEWAY_ROUTING_AFFINITY_WAIT"] = str(setting.affinity_wait)
+    if setting.scorers is not None:
+        env["GATEWAY_ROUTING_SCORERS"] = setting.scorers
     return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
 
 
