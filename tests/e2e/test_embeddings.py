@@ -13,20 +13,17 @@ nothing: it reserves, and is charged, its input's tokens alone. This module
 starts an engine of its own (a different runner from the session engine's),
 with the session engine's small cache of 24 blocks."""
 
-import asyncio
-import contextlib
-import os
-import signal
 from collections.abc import Iterator
 
 import httpx
 import pytest
 from openai import AsyncOpenAI, BadRequestError
 
+from tests.support.disconnects import leave_while_queued_and_running
 from tests.support.engines import ENGINE_KV_BLOCKS, Engine, running_engine
 from tests.support.gateways import Gateway, access_line, running_gateway
 from tests.support.keys import key_entry, write_keys_file
-from tests.support.wait import wait_for, wait_until
+from tests.support.wait import wait_until
 
 EMBED_MODEL = "tiny-embed"
 BLOCK = 128
@@ -140,34 +137,4 @@ LEAVING = [
 async def test_a_client_that_leaves_while_queued_or_running_is_cancelled_there(
     embedder: Engine, keyed: Gateway, path: str, body: dict[str, object]
 ) -> None:
-    """The engine's server is stopped (SIGSTOP), so a request sent to it
-    stays in flight and the next waits in the gateway's queue (one sequence
-    at a time); each client leaves where its request is."""
-    before = {
-        p: keyed.metric("gateway_cancellations_total", phase=p) for p in ("queued", "non_streaming")
-    }
-    os.kill(embedder.process.pid, signal.SIGSTOP)
-    try:
-        async with httpx.AsyncClient(base_url=keyed.url, timeout=60) as http:
-            headers = {"authorization": "Bearer key-acme"}
-            running = asyncio.create_task(http.post(path, json=body, headers=headers))
-            assert await wait_for(lambda: keyed.metric("gateway_requests_in_flight") == 1, 30)
-            queued = asyncio.create_task(http.post(path, json=body, headers=headers))
-            assert await wait_for(lambda: keyed.metric("gateway_queue_depth") == 1, 30)
-            for task in (queued, running):
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            for phase in ("queued", "non_streaming"):
-                assert await wait_for(
-                    lambda phase=phase: (  # type: ignore[misc]
-                        keyed.metric("gateway_cancellations_total", phase=phase)
-                        == before[phase] + 1
-                    ),
-                    30,
-                )
-            assert keyed.metric("gateway_requests_in_flight") == 0
-            assert keyed.metric("gateway_kv_tokens_reserved") == 0
-    finally:
-        os.kill(embedder.process.pid, signal.SIGCONT)
-    keyed.process.wait_http(f"{keyed.url}/health/ready", timeout=60)
+    await leave_while_queued_and_running(embedder, keyed, path, body, "key-acme")

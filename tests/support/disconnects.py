@@ -2,6 +2,10 @@
 engine going idle once the gateway closed its request, and whether the engine
 aborted the request or ran it to its end."""
 
+import asyncio
+import contextlib
+import os
+import signal
 import time
 from typing import Any
 
@@ -10,7 +14,7 @@ import httpx
 from tests.support.engines import ENGINE_MAX_NUM_SEQS, MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway
 from tests.support.streams import hold_streams, open_stream
-from tests.support.wait import wait_until
+from tests.support.wait import wait_for, wait_until
 
 # A bound no slow abort reaches and no missing abort passes.
 IDLE_WITHIN = 30.0
@@ -83,3 +87,38 @@ async def leave_before_the_first_token(
             for blocker in blockers:
                 await blocker.aclose()
     return seconds_until_idle(engine, left)
+
+
+async def leave_while_queued_and_running(
+    engine: Engine, gateway: Gateway, path: str, body: dict[str, Any], key: str
+) -> None:
+    """A request that does not stream (an embedding, a classification, a
+    score): the engine's server is stopped (SIGSTOP), so one request stays in
+    flight and the next waits in the gateway's queue (the gateway runs one
+    sequence at a time); each client leaves where its request is, and each
+    leaving is counted in its phase with nothing left held. The engine is
+    started again (SIGCONT) whatever happens."""
+    phases = ("queued", "non_streaming")
+    before = {phase: cancels(gateway, phase) for phase in phases}
+    os.kill(engine.process.pid, signal.SIGSTOP)
+    try:
+        async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
+            headers = {"authorization": f"Bearer {key}"}
+            running = asyncio.create_task(http.post(path, json=body, headers=headers))
+            assert await wait_for(lambda: gateway.metric("gateway_requests_in_flight") == 1, 30)
+            queued = asyncio.create_task(http.post(path, json=body, headers=headers))
+            assert await wait_for(lambda: gateway.metric("gateway_queue_depth") == 1, 30)
+            for task in (queued, running):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            for phase in phases:
+                assert await wait_for(
+                    lambda phase=phase: cancels(gateway, phase) == before[phase] + 1,  # type: ignore[misc]
+                    30,
+                )
+            assert gateway.metric("gateway_requests_in_flight") == 0
+            assert gateway.metric("gateway_kv_tokens_reserved") == 0
+    finally:
+        os.kill(engine.process.pid, signal.SIGCONT)
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
