@@ -21,6 +21,7 @@ from app.request_id import RequestIdMiddleware
 from app.responses import error_response
 from app.services import build_services
 from app.settings import Settings, get_settings
+from app.tokens.counter import counting_note
 
 log = logging.getLogger("gateway")
 
@@ -50,6 +51,9 @@ def create_app(
                 "no GATEWAY_KEYS_FILE: requests are not authenticated and tenants come"
                 " from X-Tenant-Id"
             )
+        note = counting_note(settings)
+        if note is not None:
+            log.info(note)
         try:
             yield {"services": services}
         finally:

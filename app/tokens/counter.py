@@ -44,6 +44,21 @@ from app.validation import CompletionJob, Prompt
 log = logging.getLogger("gateway")
 
 
+def counting_note(settings: Settings) -> str | None:
+    """What an operator should know at start-up of how prompts are counted:
+    counted by the engine, each request first pays a round trip to the
+    engine's API server (which, on a CPU engine, shares the engine's cores;
+    measured in docs/benchmarks.md, "Counting prompts: the engine, the
+    files, the estimate"). None when nothing needs saying."""
+    if settings.prompt_count_source != "engine":
+        return None
+    return (
+        "prompts are counted by the engines' /tokenize: one round trip per request to the"
+        " engine's API server before it is admitted; give the gateway the model's tokenizer"
+        " files (GATEWAY_TOKENIZER_DIR) to count them itself"
+    )
+
+
 class PromptCounter:
     def __init__(
         self, settings: Settings, engines: EnginePool, client: EngineClient, counted: Counter

@@ -5,6 +5,8 @@ fails it the ways an engine can)."""
 from pathlib import Path
 from typing import Any
 
+from app.settings import Settings
+from app.tokens.counter import counting_note
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.scripted_engine import DONE, MODEL, EngineCall, ScriptedEngine, chunk
 from tests.tokens.test_local import write_model
@@ -252,3 +254,13 @@ async def estimated_once_uncounted(gateway: InProcessGateway) -> None:
     completion.answer(200, {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 8}})
     await exchange.done()
     assert exchange.status == 200
+
+
+def test_an_operator_is_told_at_start_up_when_the_engine_counts_every_prompt() -> None:
+    """The gateway alone, without the model's files: each request first pays
+    a /tokenize round trip to the engine, and the start-up log says so."""
+    note = counting_note(Settings())
+    assert note is not None
+    assert "GATEWAY_TOKENIZER_DIR" in note
+    assert counting_note(Settings(prompt_tokens="estimate")) is None
+    assert counting_note(Settings(tokenizer_dir=Path("/models/tiny"))) is None
