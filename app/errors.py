@@ -187,6 +187,14 @@ class NotFound(InvalidRequest):
     code = "not_found"
 
 
+class NotServed(InvalidRequest):
+    """A route vLLM serves that the gateway does not relay: said plainly,
+    with what to do instead, rather than a 404 that reads like a typo."""
+
+    status = 501
+    code = "not_served"
+
+
 class MethodNotAllowed(InvalidRequest):
     status = 405
     code = "method_not_allowed"

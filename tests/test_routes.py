@@ -8,8 +8,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient, WebSocketDenialResponse
 
+from app.main import create_app
 from app.routes import ROUTES, ApiRoute, indexed
+from app.settings import Settings
 from tests.support.asgi import in_process_gateway
 from tests.support.scripted_engine import MODEL
 
@@ -62,10 +65,12 @@ NOT_ADMITTED = (
     "/server_info",
     "/invocations",
 )
-# vLLM's routes that are not admitted yet: the audio routes.
-NOT_YET = (
+# vLLM's routes the gateway answers with a 501 that says why: the audio
+# uploads (not admitted yet) and realtime transcription (a WebSocket).
+NOT_RELAYED = (
     "/v1/audio/transcriptions",
     "/v1/audio/translations",
+    "/v1/realtime",
 )
 
 
@@ -104,7 +109,7 @@ def test_a_table_that_names_a_path_twice_is_refused() -> None:
         indexed((*aliased, replace(completions, path=chat.path)))
 
 
-@pytest.mark.parametrize("path", NOT_ADMITTED + NOT_YET)
+@pytest.mark.parametrize("path", NOT_ADMITTED)
 async def test_what_the_table_does_not_name_is_not_reachable(path: str) -> None:
     async with in_process_gateway() as gateway:
         exchange = await gateway.request(path, {"model": MODEL}).done()
@@ -113,6 +118,30 @@ async def test_what_the_table_does_not_name_is_not_reachable(path: str) -> None:
         assert exchange.status == (405 if path == "/v1/responses/render" else 404)
         assert exchange.json()["error"]["type"] == "invalid_request_error"
         assert gateway.engine.calls.empty()
+
+
+@pytest.mark.parametrize("path", NOT_RELAYED)
+async def test_a_route_the_gateway_does_not_relay_is_a_501_that_says_why(path: str) -> None:
+    async with in_process_gateway() as gateway:
+        exchange = await gateway.request(path, {"model": MODEL}).done()
+        assert exchange.status == 501
+        error = exchange.json()["error"]
+        assert error["code"] == "not_served"
+        assert "not" in error["message"]
+        assert gateway.engine.calls.empty()
+
+
+def test_a_realtime_websocket_is_denied_with_the_same_501() -> None:
+    """vLLM's /v1/realtime is a WebSocket: its handshake gets the 501 as an
+    HTTP answer (ASGI's denial response), not a bare close."""
+    http = TestClient(create_app(Settings()))  # no lifespan: refused before any service
+    with (
+        pytest.raises(WebSocketDenialResponse) as denied,
+        http.websocket_connect("/v1/realtime?model=whisper"),
+    ):
+        pass
+    assert denied.value.status_code == 501
+    assert denied.value.json()["error"]["code"] == "not_served"
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,12 @@ and sets the request id header. So ``Gateway.__call__`` takes them on the API
 port itself (a method other than POST is a 405 here), and hands every other
 request (the admin port, health, metrics, models, a stored response, unknown
 paths) to FastAPI.
+
+vLLM's routes the gateway does not relay are answered with a 501 that says
+why (``NOT_RELAYED``): its realtime transcription is a WebSocket session on a
+speech model, whose audio the gateway cannot count or bound as it does a
+request (a handshake there is denied with the same 501), and its audio
+uploads are not admitted yet.
 """
 
 from typing import Any
@@ -18,13 +24,21 @@ from typing import Any
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocket
 
-from app.errors import MethodNotAllowed
+from app.errors import MethodNotAllowed, NotServed
 from app.pipeline import serve_completion
 from app.request_id import HEADER, current_request_id, pick_request_id
 from app.responses import error_response
 from app.routes import ApiRoute, route_at
 from app.services import Services
+
+NOT_RELAYED = {
+    "/v1/realtime": "vLLM's realtime transcription (a WebSocket session on a realtime speech"
+    " model) is not relayed by the gateway: connect to the engine for it",
+    "/v1/audio/transcriptions": "audio transcription is not served through the gateway yet",
+    "/v1/audio/translations": "audio translation is not served through the gateway yet",
+}
 
 
 class Gateway(FastAPI):
@@ -33,6 +47,14 @@ class Gateway(FastAPI):
         self._admin_port = admin_port
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refused = NOT_RELAYED.get(scope["path"]) if scope["type"] != "lifespan" else None
+        if refused is not None:
+            response = error_response(NotServed(refused), "openai")
+            if scope["type"] == "websocket":
+                await WebSocket(scope, receive, send).send_denial_response(response)
+            else:
+                await response(scope, receive, send)
+            return
         if scope["type"] == "http":
             route = route_at(scope["path"])
             if route is not None and not self._on_admin_port(scope):
