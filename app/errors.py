@@ -187,12 +187,17 @@ class NotFound(InvalidRequest):
     code = "not_found"
 
 
-class NotServed(InvalidRequest):
+class NotServed(GatewayError):
     """A route vLLM serves that the gateway does not relay: said plainly,
-    with what to do instead, rather than a 404 that reads like a typo."""
+    with what to do instead, rather than a 404 that reads like a typo (a 5xx,
+    so OpenAI's ``server_error``: the request was not at fault)."""
 
     status = 501
     code = "not_served"
+    # Answered at the entry point, as an unknown path's 404 is: no route's
+    # request, so no route's outcome.
+    outcome = "rejected"
+    reason = "invalid"
 
 
 class MethodNotAllowed(InvalidRequest):

@@ -59,9 +59,11 @@ class Settings(BaseSettings):
     routing_load_slack: int = Field(2, ge=0)
     # Prefix routing on KV cache events: how long a request may wait for the
     # engine that holds the most of its prompt while another has room,
-    # seconds (0, the default: never; it goes elsewhere at once — measured
-    # better in every mix of the prefix benchmark).
-    routing_affinity_wait: float = Field(0.0, ge=0)
+    # seconds. It waits only while others take that room (room no one
+    # behind it took, it takes); measured at or above no wait on every mix
+    # of the prefix benchmark, and far above where the documents overflow
+    # one engine's cache (docs/benchmarks.md). 0: it goes elsewhere at once.
+    routing_affinity_wait: float = Field(10.0, ge=0)
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
     prefix_aware_demand: bool = True

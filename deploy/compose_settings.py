@@ -54,8 +54,8 @@ NOTES = {
     " least_loaded, or prefix: affinity with bounded load, among several engines.",
     "routing_scorers": "Scorer weights replacing the preset's, e.g. prefix=1,in_flight=0.5"
     " (docs/fleet.md).",
-    "routing_affinity_wait": "Seconds a request may wait for the engine holding its prompt"
-    " (prefix routing on KV events; 0: never).",
+    "routing_affinity_wait": "Seconds a request may wait for the engine holding its prompt while"
+    " others take the room elsewhere (prefix routing on KV events; 0: never).",
     "shutdown_timeout": "Keep it under 40: docker-compose.yml gives the gateway 40 s to stop.",
     "admission": "off disables admission control and queueing (for comparisons).",
     "max_concurrency": "Match the engine's --max-num-seqs (ENGINE_MAX_NUM_SEQS, 256 in both"
