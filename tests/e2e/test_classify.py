@@ -11,16 +11,15 @@ model from the session engine's and the embedding engine's), with the
 session engine's small cache of 24 blocks."""
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from deploy.local import ROOT
 from tests.support.disconnects import leave_while_queued_and_running
-from tests.support.engines import ENGINE_KV_BLOCKS, Engine, running_engine
-from tests.support.gateways import Gateway, access_line, running_gateway
-from tests.support.keys import key_entry, write_keys_file
+from tests.support.engines import Engine
+from tests.support.gateways import Gateway, access_line
+from tests.support.pooling import KEY, one_at_a_time, pooling_engine
 
 CLASSIFIER = "tiny-classifier"
 MODEL_DIR = ROOT / ".models" / "tiny-classifier"
@@ -28,34 +27,19 @@ MODEL_DIR = ROOT / ".models" / "tiny-classifier"
 
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    assert (MODEL_DIR / "config.json").exists(), f"{MODEL_DIR} is missing: run `make setup`"
-    env = {
-        "ENGINE_MODEL_DIR": str(MODEL_DIR),
-        "ENGINE_RUNNER": "pooling",
-        "ENGINE_CONVERT": "classify",
-        "ENGINE_MODEL_NAME": CLASSIFIER,
-        "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
-    }
-    with running_engine("classifier", tmp_path_factory.mktemp("classifier"), env) as started:
-        yield started
+    with pooling_engine(tmp_path_factory, "classifier", CLASSIFIER, "classify", MODEL_DIR) as e:
+        yield e
 
 
 @pytest.fixture(scope="module")
 def keyed(classifier: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    keys = write_keys_file(
-        tmp_path_factory.mktemp("keys") / "keys.yaml",
-        [key_entry("acme-1", "acme", "key-acme", tokens_per_minute=100_000)],
-    )
-    # One sequence at a time, and no health checks after the first (an
-    # engine stopped on purpose stays in routing): as the embedding tests.
-    settings: dict[str, object] = {"keys_file": keys, "max_concurrency": 1, "health_interval": 3600}
-    with running_gateway(Path(tmp_path_factory.mktemp("gateway")), classifier.url, settings) as gw:
-        yield gw
+    with one_at_a_time(tmp_path_factory, classifier) as gateway:
+        yield gateway
 
 
 async def post(gateway: Gateway, path: str, body: dict[str, object]) -> httpx.Response:
     async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
-        return await http.post(path, json=body, headers={"authorization": "Bearer key-acme"})
+        return await http.post(path, json=body, headers={"authorization": f"Bearer {KEY}"})
 
 
 async def test_a_classification_is_answered_and_pays_its_inputs(keyed: Gateway) -> None:
@@ -120,4 +104,4 @@ LEAVING = [
 async def test_a_client_that_leaves_while_queued_or_running_is_cancelled_there(
     classifier: Engine, keyed: Gateway, path: str, body: dict[str, object]
 ) -> None:
-    await leave_while_queued_and_running(classifier, keyed, path, body, "key-acme")
+    await leave_while_queued_and_running(classifier, keyed, path, body, KEY)

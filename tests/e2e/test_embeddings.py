@@ -20,9 +20,9 @@ import pytest
 from openai import AsyncOpenAI, BadRequestError
 
 from tests.support.disconnects import leave_while_queued_and_running
-from tests.support.engines import ENGINE_KV_BLOCKS, Engine, running_engine
-from tests.support.gateways import Gateway, access_line, running_gateway
-from tests.support.keys import key_entry, write_keys_file
+from tests.support.engines import ENGINE_KV_BLOCKS, Engine
+from tests.support.gateways import Gateway, access_line
+from tests.support.pooling import one_at_a_time, pooling_engine
 from tests.support.wait import wait_until
 
 EMBED_MODEL = "tiny-embed"
@@ -31,28 +31,13 @@ BLOCK = 128
 
 @pytest.fixture(scope="module")
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    env = {
-        "ENGINE_RUNNER": "pooling",
-        "ENGINE_CONVERT": "embed",
-        "ENGINE_MODEL_NAME": EMBED_MODEL,
-        "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
-    }
-    with running_engine("embedder", tmp_path_factory.mktemp("embedder"), env) as started:
+    with pooling_engine(tmp_path_factory, "embedder", EMBED_MODEL, "embed") as started:
         yield started
 
 
 @pytest.fixture(scope="module")
 def keyed(embedder: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    keys = write_keys_file(
-        tmp_path_factory.mktemp("keys") / "keys.yaml",
-        [key_entry("acme-1", "acme", "key-acme", tokens_per_minute=100_000)],
-    )
-    # No health checks after the first: an engine stopped on purpose (below)
-    # stays in routing, so a request counted while it is stopped (its count
-    # times out, then it is estimated) is still admitted to it rather than
-    # left in the queue by an ejection that races the count.
-    settings: dict[str, object] = {"keys_file": keys, "max_concurrency": 1, "health_interval": 3600}
-    with running_gateway(tmp_path_factory.mktemp("gateway"), embedder.url, settings) as gateway:
+    with one_at_a_time(tmp_path_factory, embedder) as gateway:
         yield gateway
 
 
