@@ -4,9 +4,11 @@ directly. Against the real engine: a client that asks for eight tokens a
 chunk (vLLM's ``stream_interval``) and leaves after three chunks paid three
 tokens when chunks were counted; it pays what the engine last reported."""
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -70,6 +72,31 @@ def normalized(stream: bytes) -> bytes:
     return re.sub(rb'"created":\d+', b'"created":0', stream)
 
 
+def merged(stream: bytes) -> list[Any]:
+    """A stream's events, ids and times aside, each run of content chunks
+    merged into one: how many tokens vLLM puts in one chunk depends on how
+    far its API server lags the engine, from one call to the next (a busy
+    machine merged two of twenty in one run), so only what is said, in which
+    events, is the engine's to repeat."""
+    events: list[Any] = []
+    for raw in normalized(stream).split(b"\n\n"):
+        if not raw:
+            continue
+        event: Any = raw if raw == b"data: [DONE]" else json.loads(raw.removeprefix(b"data: "))
+        if _content_only(event) and events and _content_only(events[-1]):
+            events[-1]["choices"][0]["delta"]["content"] += event["choices"][0]["delta"]["content"]
+            continue
+        events.append(event)
+    return events
+
+
+def _content_only(event: Any) -> bool:
+    if not isinstance(event, dict) or len(event.get("choices") or ()) != 1:
+        return False
+    choice = event["choices"][0]
+    return choice.get("finish_reason") is None and set(choice["delta"]) == {"content"}
+
+
 async def test_a_charged_stream_is_the_one_the_engine_sends_directly(
     idle_engine: Engine, metered: Gateway
 ) -> None:
@@ -90,4 +117,4 @@ async def test_a_charged_stream_is_the_one_the_engine_sends_directly(
             streams.append(b"".join([part async for part in reply.aiter_raw()]))
     direct, through = streams
     assert b'"usage"' in direct
-    assert normalized(through) == normalized(direct)
+    assert merged(through) == merged(direct)
