@@ -59,6 +59,11 @@ def start_discovering_gateway(log_dir: Path, dns: DnsServer, upstream_urls: str)
         "sse_send_timeout": 300,
         # Each address's KV cache events, at that address.
         **KV_EVENTS,
+        # Routed by load, not by the prompt: with events the default is prefix
+        # routing, which breaks ties by the prompt's key and the engine's id,
+        # whose port is the session's — the held streams below would land by
+        # chance. Which engine is chosen here must follow from the loads alone.
+        "routing": "least_loaded",
     }
     return launch_gateway(log_dir, upstream_urls, settings, partial(resolving_through, dns))
 
