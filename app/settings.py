@@ -88,6 +88,10 @@ class Settings(BaseSettings):
     # Engine health checks; also how often the engine's /metrics is read.
     health_interval: float = Field(1.0, gt=0)
     health_timeout: float = Field(2.0, gt=0)
+    # How often an engine's model list is read again while it is up (LoRA
+    # adapters come and go at run time); a name the gateway does not know
+    # yet is looked up at once.
+    models_interval: float = Field(5.0, gt=0)
 
     # Connections: at most ``max_connections`` open; a request head must
     # arrive within ``head_timeout`` seconds (app/connections.py).

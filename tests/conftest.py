@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.engines import SMALL_ENGINE, Engine, engine_idle, running_engine
+from tests.support.engines import LORA, SMALL_ENGINE, Engine, engine_idle, running_engine
 from tests.support.gateways import Gateway, StartGateway, launch_gateway, running_gateway
 from tests.support.redis_server import RedisServer
 from tests.support.trace_backend import TraceBackend, running_trace_backend
@@ -37,6 +37,8 @@ def engine(
         # continue, cancel): tests/e2e/test_responses.py.
         "VLLM_ENABLE_RESPONSES_API_STORE": "1",
         **SMALL_ENGINE,
+        # Two LoRA adapters, one slot: tests/e2e/fleet/test_adapters.py.
+        **LORA,
     }
     # Its KV cache events beside its port (KV_EVENTS): tests/e2e/fleet/test_kv_events.py.
     with running_engine(

@@ -1,5 +1,6 @@
 """What the request pipeline needs from admission control."""
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -7,7 +8,7 @@ from typing import Any, Protocol
 from app.admission.demand import Demand
 from app.admission.forecast import QueuePlace
 from app.engine.stats import EngineStats
-from app.engine.view import EngineView
+from app.engine.view import EngineView, adapters_of
 from app.errors import EngineUnavailable
 from app.identity import Identity
 from app.record import RequestRecord
@@ -80,6 +81,8 @@ class Admission(Protocol):
 class _Engine:
     view: EngineView
     in_flight: int = 0
+    # The LoRA adapters of the requests in flight there, with how many use each.
+    adapters: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(eq=False)
@@ -88,6 +91,7 @@ class _CountedHold:
     engine: str
     released: bool = field(default=False)
     choice: Choice | None = None
+    adapter: str | None = None
 
     def release(self, record: RequestRecord) -> None:
         if not self.released:
@@ -95,6 +99,10 @@ class _CountedHold:
             state = self.owner.engines.get(self.engine)
             if state is not None:
                 state.in_flight -= 1
+                if self.adapter is not None:
+                    state.adapters[self.adapter] -= 1
+                    if state.adapters[self.adapter] <= 0:
+                        del state.adapters[self.adapter]
 
 
 class Unlimited:
@@ -115,6 +123,7 @@ class Unlimited:
                 in_flight=state.in_flight,
                 up=state.view.routable,
                 models=state.view.models,
+                adapters=adapters_of(state.view, state.adapters),
             )
             for url, state in self.engines.items()
         ]
@@ -128,8 +137,13 @@ class Unlimited:
         choice = self._router.choose(route, loads)
         if not isinstance(choice, Choice):  # nothing waits here: may_wait is off
             raise EngineUnavailable("no engine is available for this model", retry_after=1)
-        self.engines[choice.engine].in_flight += 1
-        return _CountedHold(self, choice.engine)
+        state = self.engines[choice.engine]
+        state.in_flight += 1
+        model = request.job.model
+        adapter = model if model in state.view.adapters else None
+        if adapter is not None:
+            state.adapters[adapter] += 1
+        return _CountedHold(self, choice.engine, adapter=adapter)
 
     def place(self, request_id: str) -> QueuePlace | None:
         return None  # nothing waits here

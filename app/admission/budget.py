@@ -13,7 +13,7 @@ from typing import Any
 
 from app.admission.fairqueue import Waiter
 from app.admission.refill import RefillLead
-from app.engine.view import EngineView, FixedView
+from app.engine.view import EngineView, FixedView, adapters_of
 from app.routing.base import Choice, EngineLoad
 from app.settings import default
 
@@ -50,6 +50,8 @@ class Reservation:
     released: bool = False
     # The prompt prefix it holds on the engine (counted once there).
     prefix: tuple[int, ...] = ()
+    # The LoRA adapter it asks for, if its model is one there.
+    adapter: str | None = None
     # How the router placed it (metrics).
     choice: Choice | None = None
 
@@ -80,6 +82,9 @@ class EngineBudget:
         # Prompt-prefix pieces held by requests admitted here, with how
         # many hold each (the engine's prefix cache stores each once).
         self.prefixes: dict[int, int] = {}
+        # LoRA adapters of the requests admitted here, with how many use
+        # each: routing sees them before the engine's next report does.
+        self.adapters: dict[str, int] = {}
         self._last_preemptions: float | None = None
         self._calm_ticks = 0
         self._hold = 0
@@ -206,7 +211,12 @@ class EngineBudget:
         pieces = tuple(piece for piece, _ in waiter.prefix) if self.config.prefix_aware else ()
         for piece in pieces:
             self.prefixes[piece] = self.prefixes.get(piece, 0) + 1
-        return Reservation(self.id, waiter.tokens, blocks, sequences, prefix=pieces)
+        adapter = waiter.model if waiter.model in self.view.adapters else None
+        if adapter is not None:
+            self.adapters[adapter] = self.adapters.get(adapter, 0) + 1
+        return Reservation(
+            self.id, waiter.tokens, blocks, sequences, prefix=pieces, adapter=adapter
+        )
 
     def release(self, reservation: Reservation) -> None:
         self.in_flight -= 1
@@ -218,6 +228,12 @@ class EngineBudget:
                 self.prefixes[piece] = held
             else:
                 self.prefixes.pop(piece, None)
+        adapter = reservation.adapter
+        if adapter is not None:
+            if self.adapters.get(adapter, 0) > 1:
+                self.adapters[adapter] -= 1
+            else:
+                self.adapters.pop(adapter, None)
 
     def load(self, waiter: Waiter) -> EngineLoad:
         """What the router sees of this engine, for ``waiter``."""
@@ -231,6 +247,7 @@ class EngineBudget:
             fits=self.fits(waiter),
             up=self.up,
             models=self.models,
+            adapters=adapters_of(self.view, self.adapters),
         )
 
     # --- adapting to the engine -------------------------------------------------

@@ -21,8 +21,8 @@ router = APIRouter(prefix="/v1")
 
 @router.get("/models")
 async def models(request: Request, services: ServicesDep) -> Response:
-    """The union of the models the engines that are up serve; one access-log
-    line (no outcome is counted for it)."""
+    """The union of the models the engines that are up serve (those the
+    key may call); one access-log line (no outcome is counted for it)."""
     return _answer(request, services, lambda listed: listed)
 
 
@@ -45,13 +45,17 @@ def _answer(
 ) -> Response:
     arrival, key_id = time.perf_counter(), None
     try:
+        listed = services.engines.model_list()
         if services.keys is not None:
-            key_id = authenticate(request.headers, services.keys.ring).id
+            key = authenticate(request.headers, services.keys.ring)
+            key_id = key.id
+            # What the key may not call, it does not see.
+            listed["data"] = [m for m in listed["data"] if key.may_call(m["id"])]
         if not services.engines.up:
             raise EngineUnavailable(
                 "no engine is available", retry_after=services.settings.retry_after_unavailable
             )
-        response: Response = JSONResponse(pick(services.engines.model_list()))
+        response: Response = JSONResponse(pick(listed))
     except GatewayError as error:
         response = error_response(error)
     services.telemetry.uncounted("models", response.status_code, arrival, key_id)

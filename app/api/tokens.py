@@ -25,6 +25,7 @@ from app.errors import (
     InvalidRequest,
     ModelNotFound,
 )
+from app.keys.file import KeyEntry
 from app.keys.identify import authenticate
 from app.request_id import current_request_id
 from app.responses import error_response
@@ -55,10 +56,12 @@ async def _pass_through(
     arrival, key_id = time.perf_counter(), None
     settings = services.settings
     try:
+        key = None
         if services.keys is not None:
-            key_id = authenticate(request.headers, services.keys.ring).id
+            key = authenticate(request.headers, services.keys.ring)
+            key_id = key.id
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
-        engine = _engine_for(body.get("model"), services)
+        engine = _engine_for(body.get("model"), services, key)
         answer = await services.engine_client.open(
             engine, path, json.dumps(body).encode(), current_request_id.get(), stream=False
         )
@@ -73,9 +76,10 @@ async def _pass_through(
     return response
 
 
-def _engine_for(model: Any, services: Services) -> str:
+def _engine_for(model: Any, services: Services, key: KeyEntry | None) -> str:
     """An engine that serves ``model`` and may take requests now (the first
-    of them: these calls are light, any will do)."""
+    of them: these calls are light, any will do); to a key that may not call
+    ``model``, none."""
     if not isinstance(model, str) or not model:
         raise InvalidRequest("`model` is required", param="model")
     if not services.engines.up:
@@ -83,6 +87,6 @@ def _engine_for(model: Any, services: Services) -> str:
             "no engine is available", retry_after=services.settings.retry_after_unavailable
         )
     engine = services.engines.engine_for(model)
-    if engine is None:
+    if engine is None or (key is not None and not key.may_call(model)):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
     return engine

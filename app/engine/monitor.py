@@ -1,9 +1,11 @@
 """What the gateway knows about one engine, kept fresh by one background loop.
 
 Every ``health_interval`` seconds: the engine's ``/health`` (drives
-``gateway_upstream_up`` and readiness), its model list when unknown or after
-the engine comes back, and its ``/metrics``, parsed once and handed to
-listeners (admission reads KV capacity and preemptions from it).
+``gateway_upstream_up`` and readiness), its model list when unknown, after
+the engine comes back and every ``models_interval`` (LoRA adapters are
+loaded and unloaded while it runs), and its ``/metrics``, parsed once and
+handed to listeners (admission reads KV capacity and preemptions from it,
+routing the adapters in its LoRA slots).
 
 An engine is down when it is dead, not when it is busy. It is ejected
 (``gateway_upstream_up`` 0, ``gateway_engine_ejections_total`` counts it, a
@@ -40,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.engine.client import EngineClient
-from app.engine.stats import EngineStats, parse_engine_stats
+from app.engine.stats import EngineStats, LoraSlots, parse_engine_stats
 from app.errors import GatewayError, PoolExhausted, UpstreamTimeout
 from app.metrics import GatewayMetrics
 from app.settings import Settings
@@ -76,9 +78,16 @@ class EngineMonitor:
         self._checked_at = -float("inf")
         self._checking = False
         self._missing: tuple[str, ...] = ()
+        self._models_interval = settings.models_interval
         # Model name → context length, and the names alone (what routing reads).
         self.models: dict[str, int | None] = {}
         self.model_names: frozenset[str] = frozenset()
+        # Each model's entry in the engine's /v1/models, as it wrote it.
+        self.entries: dict[str, dict[str, Any]] = {}
+        # The names that are LoRA adapters (their entry names a parent).
+        self.adapters: frozenset[str] = frozenset()
+        # Its LoRA slots and the adapters in them, from its /metrics.
+        self.lora: LoraSlots | None = None
         self._models_at = 0.0
         self._up_gauge = metrics.upstream_up.labels(self.label)
         self._missing_gauge = metrics.engine_stats_missing.labels(self.label)
@@ -133,8 +142,12 @@ class EngineMonitor:
             return False
         if response.status != 200:
             return False
-        if (not self._up or not self.models) and not await self.refresh_models():
-            return False
+        if not self._up or not self.models:
+            if not await self.refresh_models():
+                return False
+        elif self.models_age >= self._models_interval:
+            # A failed refresh keeps the list it had: the health check decides.
+            await self.refresh_models()
         await self._read_stats()
         return True
 
@@ -169,12 +182,15 @@ class EngineMonitor:
         if response.status != 200 or not isinstance(data, dict):
             return False
         models: dict[str, int | None] = {}
+        entries: dict[str, dict[str, Any]] = {}
         for entry in data.get("data") or ():
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 length = entry.get("max_model_len")
                 models[entry["id"]] = length if isinstance(length, int) else None
+                entries[entry["id"]] = entry
         changed = models.keys() != self.models.keys()
-        self.models, self.model_names = models, frozenset(models)
+        self.models, self.model_names, self.entries = models, frozenset(models), entries
+        self.adapters = frozenset(name for name, e in entries.items() if e.get("parent"))
         self._models_at = time.monotonic()
         if changed and self._up:
             self._on_change(self.url)
@@ -204,6 +220,7 @@ class EngineMonitor:
                 log.warning("engine %s: its /metrics has what admission reads again", self.label)
             self._missing = stats.missing
         self._missing_gauge.set(len(stats.missing))
+        self.lora = stats.lora
         self._on_stats(self.url, stats)
 
 

@@ -38,6 +38,7 @@ from app.engine.discovery import engine_urls, is_dns, resolve
 from app.engine.kv_events import endpoint_for
 from app.engine.kv_subscriber import KvEventSubscriber
 from app.engine.monitor import ChangeListener, EngineMonitor, StatsListener, engine_label
+from app.engine.stats import LoraSlots
 from app.engine.view import EngineView
 from app.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
@@ -259,15 +260,19 @@ class EnginePool:
         return table
 
     def model_list(self) -> dict[str, Any]:
-        """``/v1/models``: the union of the engines' lists."""
+        """``/v1/models``: the union of the engines' lists, each entry as the
+        first engine that serves it wrote it (an adapter with its ``parent``),
+        with the longest context any of them gives it."""
         entries: dict[str, dict[str, Any]] = {}
         for monitor in self.up_engines():
             for name, length in monitor.models.items():
-                entries.setdefault(name, {"id": name, "object": "model", "owned_by": "vllm"})
+                entry = entries.setdefault(
+                    name,
+                    {"id": name, "object": "model", "owned_by": "vllm"}
+                    | monitor.entries.get(name, {}),
+                )
                 if length is not None:
-                    entries[name]["max_model_len"] = max(
-                        length, entries[name].get("max_model_len", 0)
-                    )
+                    entry["max_model_len"] = max(length, entry.get("max_model_len") or 0)
         return {"object": "list", "data": list(entries.values())}
 
 
@@ -292,6 +297,14 @@ class _PooledView:
     @property
     def models(self) -> frozenset[str]:
         return self._monitor.model_names
+
+    @property
+    def adapters(self) -> frozenset[str]:
+        return self._monitor.adapters
+
+    @property
+    def lora(self) -> LoraSlots | None:
+        return self._monitor.lora
 
 
 def _kv_task(url: str) -> str:

@@ -3,23 +3,40 @@
 Admission control needs the KV cache's size (``vllm:cache_config_info``
 carries ``num_gpu_blocks`` and ``block_size`` as labels), the preemption
 counter and KV usage; routing and the sequence cap use the running and
-waiting counts. An engine whose metrics lack some of these (a renamed series
+waiting counts; adapter routing, which LoRA adapters the engine has in its
+slots (``vllm:lora_requests_info``). An engine whose metrics lack some of these (a renamed series
 after an upgrade, another engine) is reported as such — ``missing`` names
 them — rather than read as zeros.
 """
 
 from dataclasses import dataclass
 
-from app.promtext import parse, present, total
+from app.promtext import Sample, parse, present, total
 
 CACHE_CONFIG = "vllm:cache_config_info"
 PREEMPTIONS = "vllm:num_preemptions_total"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+LORA_INFO = "vllm:lora_requests_info"
 # What admission's capacity model cannot do without.
 REQUIRED = (CACHE_CONFIG, PREEMPTIONS, KV_USAGE)
-_READ = (*REQUIRED, RUNNING, WAITING)
+_READ = (*REQUIRED, RUNNING, WAITING, LORA_INFO)
+
+
+@dataclass(frozen=True)
+class LoraSlots:
+    """The engine's LoRA adapter slots (``--max-loras``) and the adapters
+    its requests use: running, and waiting (for a slot among other things).
+    An adapter in neither may still be loaded in a slot, but nothing says so."""
+
+    slots: int
+    running: frozenset[str]
+    waiting: frozenset[str]
+
+    @property
+    def active(self) -> frozenset[str]:
+        return self.running | self.waiting
 
 
 @dataclass(frozen=True)
@@ -34,6 +51,8 @@ class EngineStats:
     # Whether the running and waiting counts were read (not merely absent:
     # admission's refill lead and learned cap need the real ones).
     counts_seen: bool = True
+    # None: the engine serves no LoRA adapters (started without --enable-lora).
+    lora: LoraSlots | None = None
 
     @property
     def complete(self) -> bool:
@@ -59,7 +78,30 @@ def parse_engine_stats(text: str) -> EngineStats:
         waiting=total(samples, WAITING),
         missing=tuple(missing),
         counts_seen=present(samples, RUNNING) and present(samples, WAITING),
+        lora=_lora_slots(samples),
     )
+
+
+def _lora_slots(samples: list[Sample]) -> LoraSlots | None:
+    """vLLM sets ``vllm:lora_requests_info`` to the time of its last stats,
+    with the adapters as comma-separated labels, and never removes an old
+    label set: the current state is the series with the largest value."""
+    info = [s for s in samples if s.name == LORA_INFO]
+    if not info:
+        return None
+    latest = max(info, key=lambda s: s.value).labels
+    slots = _int(latest.get("max_lora"))
+    if slots is None:
+        return None
+    return LoraSlots(
+        slots,
+        _names(latest.get("running_lora_adapters")),
+        _names(latest.get("waiting_lora_adapters")),
+    )
+
+
+def _names(label: str | None) -> frozenset[str]:
+    return frozenset(name for name in (label or "").split(",") if name)
 
 
 def _int(value: str | None) -> int | None:

@@ -7,8 +7,12 @@ retry rule and readiness all read these objects, so none keeps its own copy
 of "is it up, what does it serve" that could lag or differ.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from app.engine.stats import LoraSlots
+from app.routing.base import Adapters
 
 
 class EngineView(Protocol):
@@ -24,6 +28,15 @@ class EngineView(Protocol):
     def models(self) -> frozenset[str]:
         """The model names it serves."""
 
+    @property
+    def adapters(self) -> frozenset[str]:
+        """Those of ``models`` that are LoRA adapters."""
+
+    @property
+    def lora(self) -> LoraSlots | None:
+        """Its LoRA slots and the adapters its requests use, as it reports
+        them (None: no LoRA, or not known yet)."""
+
 
 @dataclass
 class FixedView:
@@ -33,3 +46,17 @@ class FixedView:
     url: str
     routable: bool = False
     models: frozenset[str] = field(default_factory=frozenset)
+    adapters: frozenset[str] = field(default_factory=frozenset)
+    lora: LoraSlots | None = None
+
+
+def adapters_of(view: EngineView, admitted: Iterable[str] = ()) -> Adapters:
+    """What routing sees of ``view``'s adapters, with those of the requests
+    ``admitted`` to it that its last report may not show yet."""
+    lora = view.lora
+    reported = lora.active if lora is not None else frozenset()
+    return Adapters(
+        served=view.adapters,
+        slots=lora.slots if lora is not None else None,
+        active=reported | frozenset(admitted),
+    )

@@ -30,6 +30,8 @@ def new_entry(args: argparse.Namespace) -> tuple[str, dict[str, object]]:
         value = getattr(args, name)
         if value is not None:
             entry[name] = value
+    if args.models is not None:
+        entry["models"] = args.models.split(",")
     return key, entry
 
 
@@ -45,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     new.add_argument("--requests-per-minute", type=int)
     new.add_argument("--tokens-per-minute", type=int)
     new.add_argument("--max-concurrent", type=int)
+    new.add_argument(
+        "--models", help="comma-separated names or patterns (acme-*) it may call; unset: all"
+    )
     args = parser.parse_args(argv)
     key, entry = new_entry(args)
     try:

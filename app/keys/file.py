@@ -10,10 +10,14 @@ keys:
     tokens_per_minute: 200000
     max_concurrent: 16
     shared_prefix_cache: false
+    models: [tiny, "acme-*"]
 ```
 
 Only the key's hash is stored, never the key. Limits are optional (absent:
-unlimited); ``priorities`` defaults to ``[normal]``; ``shared_prefix_cache``
+unlimited); ``priorities`` defaults to ``[normal]``; ``models`` (absent:
+every model and adapter the engines serve) names what the key may call,
+each entry a name or a shell-style pattern (``acme-*``) — another tenant's
+LoRA adapter is then, to this key, a model that does not exist; ``shared_prefix_cache``
 (default false) lets the key's requests share the engine's prefix cache with
 other tenants' keys that share it (``app.owned_fields``). A file that does not
 parse, or whose entries are wrong (a duplicate id or hash, a hash that is not
@@ -21,6 +25,7 @@ parse, or whose entries are wrong (a duplicate id or hash, a hash that is not
 naming the entry.
 """
 
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import yaml
@@ -42,6 +47,12 @@ class KeyEntry(BaseModel):
     # Share the engine's prefix cache with every other key marked so (a
     # fleet-wide system prompt) instead of keeping it to the tenant.
     shared_prefix_cache: bool = False
+    # The models and adapters it may call: names or shell-style patterns
+    # (None: all of them).
+    models: tuple[str, ...] | None = None
+
+    def may_call(self, model: str) -> bool:
+        return self.models is None or any(fnmatchcase(model, p) for p in self.models)
 
     @field_validator("sha256", mode="before")
     @classmethod
@@ -53,6 +64,13 @@ class KeyEntry(BaseModel):
     def _tenant(cls, value: str) -> str:
         if not TENANT_PATTERN.fullmatch(value):
             raise ValueError("1 to 64 letters, digits or ._:@-")
+        return value
+
+    @field_validator("models")
+    @classmethod
+    def _names(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is not None and not all(name.strip() for name in value):
+            raise ValueError("a model name or pattern may not be empty")
         return value
 
     @field_validator("priorities")

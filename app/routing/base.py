@@ -33,6 +33,22 @@ from app.routing.block_index import PromptBlocks
 Fallback = Literal["token_ids", "events"]
 
 
+@dataclass(frozen=True)
+class Adapters:
+    """An engine's LoRA adapters, as routing sees them."""
+
+    # Those of its models that are adapters.
+    served: frozenset[str] = frozenset()
+    # Its LoRA slots (``--max-loras``; None: not known, or no LoRA).
+    slots: int | None = None
+    # The adapters its requests use now: those it reports running or
+    # waiting, and those of the requests admitted to it since.
+    active: frozenset[str] = frozenset()
+
+
+NO_ADAPTERS = Adapters()
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineLoad:
     """One engine, as routing sees it for one request (every field named:
@@ -55,6 +71,7 @@ class EngineLoad:
     # Leading blocks of the request's prompt its prefix cache holds (None:
     # not known). Set by the router from its cache view.
     held: int | None = None
+    adapters: Adapters = NO_ADAPTERS
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,14 @@ fi
 if [ -n "${ENGINE_CONVERT:-}" ]; then
   set -- "$@" --convert "$ENGINE_CONVERT"
 fi
+# LoRA adapters: ENGINE_LORA_MODULES="name=path name=path" serves each beside
+# the model (a request names one as its model), ENGINE_MAX_LORAS of them in
+# the engine's slots at once (default 1), up to rank ENGINE_MAX_LORA_RANK (8).
+if [ -n "${ENGINE_LORA_MODULES:-}" ]; then
+  # shellcheck disable=SC2086
+  set -- "$@" --enable-lora --max-loras "${ENGINE_MAX_LORAS:-1}" \
+    --max-lora-rank "${ENGINE_MAX_LORA_RANK:-8}" --lora-modules $ENGINE_LORA_MODULES
+fi
 # KV cache events (what the engine caches and evicts, for the gateway's
 # prefix routing): published on ENGINE_KV_EVENTS_PORT, their replay on the
 # port after it (GATEWAY_KV_EVENTS_ENDPOINT / _REPLAY_ENDPOINT name them).

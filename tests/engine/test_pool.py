@@ -79,3 +79,32 @@ async def test_models_are_the_union_and_each_goes_to_its_engines() -> None:
         assert engine is b
         call.answer(200, ANSWER)
         await exchange.done()
+
+
+async def test_adapters_are_listed_with_their_parent_and_follow_the_engine() -> None:
+    """An adapter loaded into an engine while it runs shows within the
+    model list's refresh, and one unloaded goes; each is listed with its
+    parent, as the engine lists it."""
+    engine = ScriptedEngine(adapters={"sql": MODEL})
+    async with in_process_gateway(
+        fleet=(engine,), health_interval=0.05, models_interval=0.1
+    ) as gateway:
+
+        async def listed() -> dict[str, dict[str, object]]:
+            answer = await gateway.request("/v1/models", b"", method="GET").done()
+            return {m["id"]: m for m in answer.json()["data"]}
+
+        models = await listed()
+        assert models["sql"]["parent"] == MODEL
+        assert models["sql"]["root"] == "/adapters/sql"
+        assert models[MODEL]["parent"] is None
+        (monitor,) = gateway.services.engines.monitors.values()
+        assert monitor.adapters == {"sql"}
+
+        engine.adapters = {"sql": MODEL, "chat": MODEL}
+        assert await wait_for(lambda: "chat" in monitor.models, timeout=30)
+        assert (await listed())["chat"]["parent"] == MODEL
+        engine.adapters = {"chat": MODEL}
+        assert await wait_for(lambda: "sql" not in monitor.models, timeout=30)
+        assert set(await listed()) == {MODEL, "chat"}
+        assert monitor.adapters == {"chat"}

@@ -35,3 +35,28 @@ def test_missing_series_are_named_not_read_as_zero() -> None:
 def test_a_cache_config_without_its_labels_is_missing() -> None:
     text = FULL.replace('block_size="128",num_gpu_blocks="48",', "")
     assert parse_engine_stats(text).missing == (CACHE_CONFIG,)
+
+
+# As vLLM 0.32 exports it with --enable-lora --max-loras 2: one label set per
+# state it has been in, each set to the time it was last current.
+LORA = """
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1.7649e9
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="a,b",waiting_lora_adapters="c"} 3e9
+vllm:lora_requests_info{max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""} 1.76490e9
+"""
+
+
+def test_the_adapters_are_the_latest_label_set() -> None:
+    lora = parse_engine_stats(FULL + LORA).lora
+    assert lora is not None
+    assert lora.slots == 2
+    assert (lora.running, lora.waiting) == (frozenset({"a", "b"}), frozenset({"c"}))
+    assert lora.active == {"a", "b", "c"}
+
+
+def test_an_engine_without_lora_has_no_slots() -> None:
+    assert parse_engine_stats(FULL).lora is None
+    idle = parse_engine_stats(FULL + LORA.replace("3e9", "1.0").replace("1.76490e9", "2.0")).lora
+    assert idle is not None
+    assert idle.active == frozenset()

@@ -4,7 +4,9 @@ the project's own launcher on a free port.
 The session's engine (tests/conftest.py) has a small KV cache (24 blocks of
 128 tokens) and runs at most 8 sequences, so tests can saturate it on purpose.
 It publishes its KV cache events as ``make up``'s engines do: on its port
-+ 5, replayed on + 6 (``KV_EVENTS``: the gateway's settings that find them).
++ 5, replayed on + 6 (``KV_EVENTS``: the gateway's settings that find them),
+and serves two LoRA adapters with one slot (``LORA``), as the fleet's second
+engine does.
 """
 
 from collections.abc import Callable, Iterator
@@ -23,6 +25,16 @@ SMALL_ENGINE = {
     "ENGINE_KV_BLOCKS": str(ENGINE_KV_BLOCKS),
     "ENGINE_MAX_NUM_SEQS": str(ENGINE_MAX_NUM_SEQS),
     "ENGINE_MODEL_NAME": MODEL,
+}
+
+# The LoRA adapters the fleet's engines serve (``make setup`` builds them),
+# one slot each: two adapters on one engine take turns.
+ADAPTERS = ("sql", "poem")
+LORA = {
+    "ENGINE_LORA_MODULES": " ".join(
+        f"{name}={Path(__file__).parents[2] / '.models/tiny-adapters' / name}" for name in ADAPTERS
+    ),
+    "ENGINE_MAX_LORAS": "1",
 }
 
 # A gateway's settings for engines started with ``kv_events``.

@@ -23,6 +23,7 @@ def new_key(
     requests_per_minute: int | None = None,
     tokens_per_minute: int | None = None,
     max_concurrent: int | None = None,
+    models: Sequence[str] | None = None,
 ) -> tuple[str, Entry]:
     """A fresh key and its entry, as ``python -m app.keys new`` makes them."""
     args = argparse.Namespace(
@@ -32,6 +33,7 @@ def new_key(
         requests_per_minute=requests_per_minute,
         tokens_per_minute=tokens_per_minute,
         max_concurrent=max_concurrent,
+        models=None if models is None else ",".join(models),
     )
     return new_entry(args)
 
@@ -44,11 +46,12 @@ def key_entry(
     requests_per_minute: int | None = None,
     tokens_per_minute: int | None = None,
     max_concurrent: int | None = None,
+    models: Sequence[str] | None = None,
 ) -> Entry:
     """The entry of a key the test chose (readable in a failure, unlike a
     fresh one): ``new_key``'s entry with this key's hash."""
     _, entry = new_key(
-        key_id, tenant, priorities, requests_per_minute, tokens_per_minute, max_concurrent
+        key_id, tenant, priorities, requests_per_minute, tokens_per_minute, max_concurrent, models
     )
     return {**entry, "sha256": hash_key(key)}
 

@@ -154,6 +154,9 @@ class ScriptedEngine:
     kv_blocks: int = 24
     block_size: int = 16
     models: tuple[str, ...] = (MODEL,)
+    # LoRA adapters it serves beside them, each with its base model (its
+    # parent in /v1/models, as vLLM lists them).
+    adapters: dict[str, str] = field(default_factory=dict)
     # False: nothing listens on its port from the start (an engine that is down).
     reachable: bool = True
     metrics_text: str = ""
@@ -268,8 +271,11 @@ class ScriptedEngine:
             return web.Response()
         if path == "/v1/models":
             data = [
-                {"id": name, "object": "model", "max_model_len": MAX_MODEL_LEN}
+                {"id": name, "object": "model", "max_model_len": MAX_MODEL_LEN, "parent": None}
                 for name in self.models
+            ] + [
+                {"id": name, "object": "model", "root": f"/adapters/{name}", "parent": parent}
+                for name, parent in self.adapters.items()
             ]
             return web.json_response({"object": "list", "data": data})
         if path == "/metrics":

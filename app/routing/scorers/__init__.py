@@ -13,16 +13,18 @@ from collections.abc import Callable, Mapping
 from typing import Literal, get_args
 
 from app.routing.base import Scorer
+from app.routing.scorers.adapter import RunsTheAdapter
 from app.routing.scorers.in_flight import FewestInFlight
 from app.routing.scorers.kv_utilization import EmptiestBudget
 from app.routing.scorers.prefix import HoldsThePrompt
 
-ScorerName = Literal["kv_utilization", "in_flight", "prefix"]
+ScorerName = Literal["kv_utilization", "in_flight", "prefix", "adapter"]
 
 SCORERS: Mapping[ScorerName, Callable[[], Scorer]] = {
     "kv_utilization": EmptiestBudget,
     "in_flight": FewestInFlight,
     "prefix": HoldsThePrompt,
+    "adapter": RunsTheAdapter,
 }
 
 # The scorers that read a request's prompt (its prefix key, its token ids):
@@ -30,14 +32,23 @@ SCORERS: Mapping[ScorerName, Callable[[], Scorer]] = {
 # ties by its key.
 READS_PROMPTS: frozenset[ScorerName] = frozenset({"prefix"})
 
+# The scorers that send a request where something of it is already (its
+# prompt, its adapter), however loaded that engine is: a route that weighs
+# one is bounded by the load cap (``app.routing.load_cap``).
+AFFINITY: frozenset[ScorerName] = frozenset({"prefix", "adapter"})
+
 Weights = Mapping[ScorerName, float]
 
 # ``GATEWAY_ROUTING``'s presets: least loaded weighs the KV budget and the
 # requests in flight alike; prefix routing weighs only what the engines hold
-# of the prompt (its key breaking ties, a load cap bounding it).
+# of the prompt (its key breaking ties). Both weigh the LoRA adapter (alike
+# for every engine where the request's model is not one) at 4, twice what
+# the other scorers can add up to: an engine already using the adapter is
+# not passed over for one with a free slot, nor that one for one that would
+# have to swap it in, while it has room and is under the load cap.
 PRESETS: Mapping[str, Weights] = {
-    "least_loaded": {"kv_utilization": 1.0, "in_flight": 1.0},
-    "prefix": {"prefix": 1.0},
+    "least_loaded": {"kv_utilization": 1.0, "in_flight": 1.0, "adapter": 4.0},
+    "prefix": {"prefix": 1.0, "adapter": 4.0},
 }
 
 _missing = set(get_args(ScorerName)) ^ set(SCORERS)

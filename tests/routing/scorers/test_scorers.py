@@ -1,8 +1,9 @@
 """Each scorer on its own (``app.routing.scorers``): what scores 1, what
 scores 0, and the table that names them."""
 
-from app.routing.base import EngineLoad, RouteRequest
+from app.routing.base import Adapters, EngineLoad, RouteRequest
 from app.routing.scorers import SCORERS
+from app.routing.scorers.adapter import FREE_SLOT, RunsTheAdapter
 from app.routing.scorers.in_flight import FewestInFlight
 from app.routing.scorers.kv_utilization import EmptiestBudget
 from app.routing.scorers.prefix import HoldsThePrompt
@@ -35,6 +36,34 @@ def test_nothing_known_or_nothing_held_scores_every_engine_0() -> None:
 
 
 def test_every_name_in_the_table_makes_its_scorer() -> None:
-    assert set(SCORERS) == {"kv_utilization", "in_flight", "prefix"}
+    assert set(SCORERS) == {"kv_utilization", "in_flight", "prefix", "adapter"}
     for make in SCORERS.values():
         assert make().score(ANY, [EngineLoad(id="a")]) in ([0.0], [1.0])
+
+
+def lora(slots: int | None, *active: str) -> Adapters:
+    return Adapters(served=frozenset({"a", "b", "c"}), slots=slots, active=frozenset(active))
+
+
+def test_the_engine_using_the_adapter_scores_1_a_free_slot_half_a_swap_0() -> None:
+    fleet = [
+        EngineLoad(id="using", adapters=lora(1, "a")),
+        EngineLoad(id="free", adapters=lora(2, "b")),
+        EngineLoad(id="full", adapters=lora(2, "b", "c")),
+        EngineLoad(id="unknown", adapters=lora(None)),
+    ]
+    assert RunsTheAdapter().score(RouteRequest(model="a"), fleet) == [
+        1.0,
+        FREE_SLOT,
+        0.0,
+        FREE_SLOT,
+    ]
+
+
+def test_a_base_model_request_scores_every_engine_alike() -> None:
+    fleet = [
+        EngineLoad(id="using", adapters=lora(1, "a")),
+        EngineLoad(id="full", adapters=lora(1, "b")),
+    ]
+    assert RunsTheAdapter().score(RouteRequest(model="tiny"), fleet) == [1.0, 1.0]
+    assert RunsTheAdapter().score(ANY, fleet) == [1.0, 1.0]

@@ -1,0 +1,102 @@
+"""LoRA adapters through the gateway on the fleet's two real engines, each
+serving the adapters ``sql`` and ``poem`` with one LoRA slot: listed with
+their parent and served; and a mixed stream of requests kept one adapter to
+an engine, as the engines' own metrics show (``vllm:lora_requests_info``:
+the adapters their requests used, each label set stamped with the time it
+was last current)."""
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from functools import partial
+
+from openai import AsyncOpenAI, AsyncStream
+from openai.types import Completion
+
+from deploy.local import scrape
+from tests.support.engines import ADAPTERS, MODEL, Engine, engine_idle
+from tests.support.gateways import Gateway, StartGateway
+from tests.support.wait import wait_for
+
+
+def fleet_gateway(start_gateway: StartGateway, fleet: list[Engine]) -> Gateway:
+    """A gateway as it runs by default (least loaded, weighing the adapter)."""
+    gateway = start_gateway(fleet[0].url, upstream_urls=",".join(e.url for e in fleet))
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    return gateway
+
+
+def adapters_used_since(engine: Engine, since: float) -> set[str]:
+    """The adapters the engine reported running or waiting since ``since``
+    (wall-clock seconds): the label sets last current after it."""
+    used: set[str] = set()
+    for sample in scrape(engine.url):
+        if sample.name == "vllm:lora_requests_info" and sample.value > since:
+            for label in ("running_lora_adapters", "waiting_lora_adapters"):
+                used |= {name for name in sample.labels.get(label, "").split(",") if name}
+    return used
+
+
+async def test_adapters_are_listed_with_their_parent_and_served(
+    idle_engine: Engine, second: Engine, start_gateway: StartGateway
+) -> None:
+    gateway = fleet_gateway(start_gateway, [idle_engine, second])
+    async with AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0) as client:
+        listed = {m.id: m for m in (await client.models.list()).data}
+        assert set(listed) == {MODEL, *ADAPTERS}
+        for name in ADAPTERS:
+            assert (listed[name].model_extra or {})["parent"] == MODEL
+            reply = await client.completions.create(
+                model=name, prompt="SELECT", max_tokens=8, extra_body={"ignore_eos": True}
+            )
+            assert reply.model == name
+            assert reply.usage is not None
+            assert reply.usage.completion_tokens == 8
+    assert gateway.metric("gateway_requests_total", outcome="completed") == len(ADAPTERS)
+
+
+async def test_each_adapter_stays_on_one_engine(
+    idle_engine: Engine, second: Engine, start_gateway: StartGateway
+) -> None:
+    """Two requests for ``sql``, then two for ``poem``, each sent once the
+    one before is in flight: by load alone the second ``sql`` would go to the
+    other engine, and each engine would run both adapters in turns."""
+    fleet = [idle_engine, second]
+    assert await wait_for(lambda: all(engine_idle(e.metric) for e in fleet), timeout=60)
+    gateway = fleet_gateway(start_gateway, fleet)
+    since = time.time()
+    async with AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0) as client:
+        streams: list[AsyncStream[Completion]] = []
+        for i, name in enumerate(["sql", "sql", "poem", "poem"]):
+            streams.append(
+                await client.completions.create(
+                    model=name,
+                    prompt=f"Request {i}",
+                    max_tokens=256,
+                    extra_body={"ignore_eos": True},
+                    stream=True,
+                )
+            )
+            assert await wait_for(partial(in_flight, gateway, i + 1), timeout=60)
+        counts = await asyncio.gather(*(_tokens(s) for s in streams))
+    assert counts == [256] * 4
+    assert await wait_for(lambda: all(engine_idle(e.metric) for e in fleet), timeout=60)
+    used = sorted((adapters_used_since(e, since) for e in fleet), key=sorted)
+    assert used == [{"poem"}, {"sql"}]
+    routed = [
+        gateway.metric("gateway_engine_requests_total", engine=e.url.removeprefix("http://"))
+        for e in fleet
+    ]
+    assert sorted(routed) == [2, 2]
+
+
+def in_flight(gateway: Gateway, count: int) -> bool:
+    return gateway.metric("gateway_requests_in_flight") == count
+
+
+async def _tokens(stream: AsyncIterator[Completion]) -> int:
+    """How many chunks with text the stream carried (one token each here)."""
+    count = 0
+    async for chunk in stream:
+        count += sum(1 for choice in chunk.choices if choice.text)
+    return count
