@@ -183,7 +183,7 @@ experiments: $(VENV)/.ready
 # options (--help lists them): --out DIR writes there, --quiet-wait 0 does not
 # wait, --gateway-src DIR runs the gateway from another source tree, e.g. a
 # git worktree of an older commit.
-.PHONY: bench-overhead bench-limits bench-prefix bench-shared-state
+.PHONY: bench-overhead bench-limits bench-prefix bench-shared-state bench-adapters
 bench: setup
 	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
 
@@ -205,6 +205,11 @@ bench-limits: setup
 
 bench-prefix: setup
 	$(VENV)/bin/python -m benchmarks.prefix $(BENCH_ARGS)
+
+# A mixed burst of two LoRA adapters over two one-slot engines: round-robin
+# straight over them, the gateway by load alone, the gateway's defaults.
+bench-adapters: setup
+	$(VENV)/bin/python -m benchmarks.adapters $(BENCH_ARGS)
 
 # What the shared state costs one Redis: 1 to 128 simulated replicas over 1 to
 # 64 engines, each admitting 50 requests a second (no engine).

@@ -1,5 +1,5 @@
 """What each listener serves when ``GATEWAY_ADMIN_PORT`` is set: the API on
-the main port, ``/metrics`` and ``/status`` only on the admin port, health
+the main port, ``/metrics``, ``/status`` and ``/adapters/*`` only on the admin port, health
 on both. One
 process and one app listen on both ports; the port a request came in on
 decides. Behind a platform, publish the main port and keep the admin port on
@@ -10,7 +10,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.errors import NotFound
 from app.responses import error_response
 
-ADMIN_PATHS = frozenset({"/metrics", "/status"})
+ADMIN_PATHS = frozenset({"/metrics", "/status", "/adapters/load", "/adapters/unload"})
 
 
 class PortRouter:

@@ -112,14 +112,17 @@ class Processes:
         max_num_seqs: int | None = None,
         cpus: str | None = None,
         kv_events: bool = False,
+        env: dict[str, str] | None = None,
     ) -> Service:
         """An engine (``deploy/engine/run-cpu.sh``: CPU build, tiny model,
         pinned to ``cpus``, default ``ENGINE_CPUS`` or the launcher's all
         cores but the last); ``kv_events``: publishing its KV cache events
-        beside its port, as ``make up``'s (``KV_EVENTS``). Call
+        beside its port, as ``make up``'s (``KV_EVENTS``); ``env``: more of
+        the launcher's settings (``ENGINE_LORA_MODULES``). Call
         ``wait_ready`` before using it."""
         port = free_port_with(KV_EVENTS_OFFSET, KV_EVENTS_OFFSET + 1) if kv_events else free_port()
         env = {
+            **(env or {}),
             "ENGINE_PORT": str(port),
             # Set even when unset here: `make` exports the local stack's 24.
             "ENGINE_KV_BLOCKS": "" if kv_blocks is None else str(kv_blocks),

@@ -36,8 +36,12 @@ async def _split_of_four(
     many reached a and b. Each is answered and succeeds."""
     engines = {"a": ScriptedEngine(), "b": ScriptedEngine()}
     a, b = engines["a"], engines["b"]
+    # An engine is "heard from" for 3 check intervals and a check's timeout:
+    # 3.15 s here, so a busy machine that delays the answering engine's checks
+    # a while does not make it look silent too (with 0.2 s it did, once: both
+    # silent, both routed to, two requests each).
     async with in_process_gateway(
-        fleet=(a, b), admission=admission, health_interval=0.05, health_timeout=0.2
+        fleet=(a, b), admission=admission, health_interval=0.05, health_timeout=3
     ) as gateway:
         monitors = gateway.services.engines.monitors
         quiet = [monitors[engines[name].url] for name in silent]

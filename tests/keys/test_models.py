@@ -5,6 +5,7 @@ engine; a key without the field calls everything."""
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,10 +39,11 @@ async def test_a_key_sees_and_calls_only_its_models(keys_file: Path) -> None:
     async with in_process_gateway(engine, keys_file=keys_file) as gateway:
         assert await listed(gateway, "key-acme") == {MODEL, "acme-sql", "acme-poem"}
         assert await listed(gateway, "key-admin") == {MODEL, *ADAPTERS}
-        for path, body in [
+        calls: list[tuple[str, dict[str, Any]]] = [
             ("/v1/completions", {"model": "globex-sql", "prompt": "hi", "max_tokens": 4}),
             ("/tokenize", {"model": "globex-sql", "prompt": "hi"}),
-        ]:
+        ]
+        for path, body in calls:
             # Bounded: were it sent on, the scripted engine would hold it.
             exchange = gateway.request(path, body, headers=bearer("key-acme"))
             refused = await asyncio.wait_for(exchange.done(), timeout=30)

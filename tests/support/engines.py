@@ -35,6 +35,8 @@ LORA = {
         f"{name}={Path(__file__).parents[2] / '.models/tiny-adapters' / name}" for name in ADAPTERS
     ),
     "ENGINE_MAX_LORAS": "1",
+    # Adapters loaded and unloaded at run time (the gateway's admin port).
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True",
 }
 
 # A gateway's settings for engines started with ``kv_events``.

@@ -1,19 +1,25 @@
 """LoRA adapters through the gateway on the fleet's two real engines, each
 serving the adapters ``sql`` and ``poem`` with one LoRA slot: listed with
-their parent and served; and a mixed stream of requests kept one adapter to
+their parent and served; one loaded and unloaded at run time through the
+gateway's admin port; and a mixed stream of requests kept one adapter to
 an engine, as the engines' own metrics show (``vllm:lora_requests_info``:
 the adapters their requests used, each label set stamped with the time it
 was last current)."""
 
 import asyncio
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from functools import partial
+from pathlib import Path
 
+import httpx
+import openai
+import pytest
 from openai import AsyncOpenAI, AsyncStream
 from openai.types import Completion
 
-from deploy.local import scrape
+from deploy.local import free_port, scrape
 from tests.support.engines import ADAPTERS, MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway, StartGateway
 from tests.support.wait import wait_for
@@ -100,3 +106,48 @@ async def _tokens(stream: AsyncIterator[Completion]) -> int:
     async for chunk in stream:
         count += sum(1 for choice in chunk.choices if choice.text)
     return count
+
+
+@pytest.fixture
+def haiku(tmp_path: Path) -> Path:
+    """A third adapter's directory, written now by the project's builder."""
+    builder = [".venv-engine/bin/python", "deploy/model/build_tiny_adapters.py"]
+    names = ["--base", ".models/tiny", "--out", str(tmp_path), "--names", "haiku"]
+    subprocess.run([*builder, *names], check=True, timeout=300)
+    return tmp_path / "haiku"
+
+
+async def test_an_adapter_loaded_at_run_time_from_the_admin_port_is_served(
+    idle_engine: Engine, second: Engine, start_gateway: StartGateway, haiku: Path
+) -> None:
+    """A third adapter, written now, loaded on both engines through the
+    gateway's admin port, served at once; loading it again is no error;
+    unloaded, it is gone from the list and refused as unknown."""
+    fleet = [idle_engine, second]
+    admin_port = free_port()
+    gateway = start_gateway(
+        fleet[0].url, upstream_urls=",".join(e.url for e in fleet), admin_port=admin_port
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    admin = f"http://127.0.0.1:{admin_port}"
+    load = {"name": "haiku", "path": str(haiku)}
+    async with (
+        httpx.AsyncClient(base_url=admin, timeout=120) as http,
+        AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0) as client,
+    ):
+        try:
+            for expected in ("loaded", "already_loaded"):
+                reply = await http.post("/adapters/load", json=load)
+                assert reply.status_code == 200, reply.text
+                assert [e["result"] for e in reply.json()["engines"]] == [expected] * 2
+            listed = {m.id: m for m in (await client.models.list()).data}
+            assert (listed["haiku"].model_extra or {})["parent"] == MODEL
+            answer = await client.completions.create(model="haiku", prompt="Autumn", max_tokens=4)
+            assert answer.model == "haiku"
+        finally:
+            reply = await http.post("/adapters/unload", json={"name": "haiku"})
+        assert reply.status_code == 200, reply.text
+        assert [e["result"] for e in reply.json()["engines"]] == ["unloaded"] * 2
+        assert "haiku" not in {m.id for m in (await client.models.list()).data}
+        with pytest.raises(openai.NotFoundError):
+            await client.completions.create(model="haiku", prompt="Autumn", max_tokens=4)
