@@ -226,7 +226,11 @@ class AdmissionController:
             self.policy.observe_engine(engine, stats.preemptions_total, stats.kv_usage)
             if stats.counts_seen:
                 queued = self.policy.queued > 0
-                budget.observe_queue(stats.running, stats.waiting, stats.kv_usage, queued)
+                # Requests waiting for a LoRA slot say nothing of the
+                # engine's sequence cap: only those waiting for room do.
+                budget.observe_queue(
+                    stats.running, stats.waiting_for_capacity, stats.kv_usage, queued
+                )
         self._dispatch.dispatch()
 
     def forget_engine(self, engine: str) -> None:

@@ -18,10 +18,13 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+# Its waiting requests by why they wait: "capacity" (no room: the sequence
+# cap, the KV cache) or "deferred" (a LoRA slot, a KV transfer).
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 LORA_INFO = "vllm:lora_requests_info"
 # What admission's capacity model cannot do without.
 REQUIRED = (CACHE_CONFIG, PREEMPTIONS, KV_USAGE)
-_READ = (*REQUIRED, RUNNING, WAITING, LORA_INFO)
+_READ = (*REQUIRED, RUNNING, WAITING, WAITING_BY_REASON, LORA_INFO)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,14 @@ class EngineStats:
     counts_seen: bool = True
     # None: the engine serves no LoRA adapters (started without --enable-lora).
     lora: LoraSlots | None = None
+    # Of ``waiting``, those waiting for room (not for a LoRA slot): what
+    # says the engine runs all it may. All of them where the engine does
+    # not say why they wait.
+    waiting_for_room: float | None = None
+
+    @property
+    def waiting_for_capacity(self) -> float:
+        return self.waiting if self.waiting_for_room is None else self.waiting_for_room
 
     @property
     def complete(self) -> bool:
@@ -79,6 +90,11 @@ def parse_engine_stats(text: str) -> EngineStats:
         missing=tuple(missing),
         counts_seen=present(samples, RUNNING) and present(samples, WAITING),
         lora=_lora_slots(samples),
+        waiting_for_room=(
+            total(samples, WAITING_BY_REASON, {"reason": "capacity"})
+            if present(samples, WAITING_BY_REASON)
+            else None
+        ),
     )
 
 

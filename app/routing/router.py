@@ -89,6 +89,11 @@ class Router:
         fitting = [e for e in ranked if e.fits]
         if not fitting:
             return None
+        if cap is not None and _for_an_adapter(request, candidates):
+            # An adapter stays where it runs until those engines have no
+            # room: another engine would have to swap it in (the adapter
+            # scorer), which costs more than the load the cap would spread.
+            cap = None
         allowed = fitting if cap is None else [e for e in fitting if cap.under(e, candidates)]
         chosen = allowed[0] if allowed else min(fitting, key=_least_loaded)
         overridden = preferred is not None and chosen is not preferred and preferred.fits
@@ -141,3 +146,7 @@ def _worth_waiting(preferred: EngineLoad, engines: Sequence[EngineLoad]) -> bool
         and not preferred.fits
         and not any(e.fits and (e.held or 0) >= held for e in engines)
     )
+
+
+def _for_an_adapter(request: RouteRequest, engines: Sequence[EngineLoad]) -> bool:
+    return request.model is not None and any(request.model in e.adapters.served for e in engines)

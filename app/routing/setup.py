@@ -11,7 +11,7 @@ deployment without events gets least loaded unless it asks for ``prefix``.
 
 ``GATEWAY_ROUTING_SCORERS`` replaces the preset's weights; a load cap
 (``routing_load_factor``, ``routing_load_slack``) bounds every route that
-weighs an affinity (the prompt, the LoRA adapter).
+weighs the prompt (not the requests for a LoRA adapter: app/routing/router.py).
 """
 
 from collections.abc import Mapping
@@ -21,7 +21,7 @@ from app.routing.block_index import BlockIndex
 from app.routing.cached import ReportedCache
 from app.routing.load_cap import LoadCap
 from app.routing.router import Router
-from app.routing.scorers import AFFINITY, PRESETS, READS_PROMPTS, ScorerName, scorer_weights
+from app.routing.scorers import PRESETS, READS_PROMPTS, ScorerName, scorer_weights
 from app.settings import Settings
 
 
@@ -41,7 +41,6 @@ def routing_weights(settings: Settings) -> Mapping[ScorerName, float]:
 def build_router(settings: Settings, kv_indexes: Mapping[str, BlockIndex]) -> Router:
     weights = routing_weights(settings)
     reads_prompts = any(w > 0 and name in READS_PROMPTS for name, w in weights.items())
-    bounded = any(w > 0 and name in AFFINITY for name, w in weights.items())
     cap = LoadCap(settings.routing_load_factor, settings.routing_load_slack)
     # What the engines report holding ranks engines only where a route
     # weighs the prompt at all, and only if they publish it.
@@ -49,7 +48,7 @@ def build_router(settings: Settings, kv_indexes: Mapping[str, BlockIndex]) -> Ro
     if reads_prompts and settings.kv_events_endpoint is not None:
         cache = ReportedCache(kv_indexes)
     name = routing_preset(settings) if settings.routing_scorers is None else _named(weights)
-    return Router(weights, cap=cap if bounded else None, cache=cache, name=name)
+    return Router(weights, cap=cap if reads_prompts else None, cache=cache, name=name)
 
 
 def _named(weights: Mapping[ScorerName, float]) -> str:

@@ -60,3 +60,14 @@ def test_an_engine_without_lora_has_no_slots() -> None:
     idle = parse_engine_stats(FULL + LORA.replace("3e9", "1.0").replace("1.76490e9", "2.0")).lora
     assert idle is not None
     assert idle.active == frozenset()
+
+
+def test_only_requests_waiting_for_room_say_the_engine_is_full() -> None:
+    by_reason = (
+        "# TYPE vllm:num_requests_waiting_by_reason gauge\n"
+        'vllm:num_requests_waiting_by_reason{engine="0",reason="capacity"} 0.0\n'
+        'vllm:num_requests_waiting_by_reason{engine="0",reason="deferred"} 1.0\n'
+    )
+    assert parse_engine_stats(FULL + by_reason).waiting_for_capacity == 0.0
+    # An engine that does not say why: all its waiting requests.
+    assert parse_engine_stats(FULL).waiting_for_capacity == 1.0

@@ -29,16 +29,13 @@ def test_auto_routes_to_the_least_loaded_without_events() -> None:
     assert routing_preset(Settings()) == "least_loaded"
     assert not router.reads_prompts
     assert router.cache is None
-    # It weighs the LoRA adapter, an affinity: bounded by the load cap.
-    assert router.cap is not None
+    assert router.cap is None
     assert router.name == "least_loaded"
 
 
-def test_a_route_without_an_affinity_has_no_load_cap() -> None:
-    router = build_router(Settings(routing_scorers="kv_utilization=1,in_flight=1"), INDEXES)
-    assert router.cap is None
-    for affinity in ("prefix", "adapter"):
-        assert build_router(Settings(routing_scorers=f"{affinity}=1"), INDEXES).cap is not None
+def test_only_a_route_that_weighs_the_prompt_has_a_load_cap() -> None:
+    assert build_router(Settings(routing_scorers="adapter=1"), INDEXES).cap is None
+    assert build_router(Settings(routing_scorers="prefix=1,adapter=4"), INDEXES).cap is not None
 
 
 def test_a_preset_named_is_the_preset_whatever_the_events() -> None:

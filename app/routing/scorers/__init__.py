@@ -32,11 +32,6 @@ SCORERS: Mapping[ScorerName, Callable[[], Scorer]] = {
 # ties by its key.
 READS_PROMPTS: frozenset[ScorerName] = frozenset({"prefix"})
 
-# The scorers that send a request where something of it is already (its
-# prompt, its adapter), however loaded that engine is: a route that weighs
-# one is bounded by the load cap (``app.routing.load_cap``).
-AFFINITY: frozenset[ScorerName] = frozenset({"prefix", "adapter"})
-
 Weights = Mapping[ScorerName, float]
 
 # ``GATEWAY_ROUTING``'s presets: least loaded weighs the KV budget and the
@@ -45,7 +40,7 @@ Weights = Mapping[ScorerName, float]
 # for every engine where the request's model is not one) at 4, twice what
 # the other scorers can add up to: an engine already using the adapter is
 # not passed over for one with a free slot, nor that one for one that would
-# have to swap it in, while it has room and is under the load cap.
+# have to swap it in, while it has room.
 PRESETS: Mapping[str, Weights] = {
     "least_loaded": {"kv_utilization": 1.0, "in_flight": 1.0, "adapter": 4.0},
     "prefix": {"prefix": 1.0, "adapter": 4.0},

@@ -16,7 +16,9 @@ one. A request for a base model scores every engine alike. Where the
 engines using the adapter have no room for the request, the router places it
 on the best of the others: that is how an adapter spreads over more engines
 when one cannot carry it (admission decides "no room": the engine's KV
-budget and sequence cap, and the load cap where the route has one).
+budget and sequence cap). The load cap does not spread it sooner: it
+bounds prompt affinity, where any engine serves a request alike; here the
+other engine would have to swap the adapter in, making its own requests wait.
 """
 
 from collections.abc import Sequence
