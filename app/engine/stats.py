@@ -89,7 +89,7 @@ def parse_engine_stats(text: str) -> EngineStats:
         waiting=total(samples, WAITING),
         missing=tuple(missing),
         counts_seen=present(samples, RUNNING) and present(samples, WAITING),
-        lora=_lora_slots(samples),
+        lora=_lora_slots(samples, busy=total(samples, RUNNING) + total(samples, WAITING) > 0),
         waiting_for_room=(
             total(samples, WAITING_BY_REASON, {"reason": "capacity"})
             if present(samples, WAITING_BY_REASON)
@@ -98,10 +98,12 @@ def parse_engine_stats(text: str) -> EngineStats:
     )
 
 
-def _lora_slots(samples: list[Sample]) -> LoraSlots | None:
+def _lora_slots(samples: list[Sample], busy: bool) -> LoraSlots | None:
     """vLLM sets ``vllm:lora_requests_info`` to the time of its last stats,
     with the adapters as comma-separated labels, and never removes an old
-    label set: the current state is the series with the largest value."""
+    label set: the current state is the series with the largest value. An
+    idle engine may not have written one since its last request ended: with
+    nothing running or waiting, no adapter is in use, whatever it says."""
     info = [s for s in samples if s.name == LORA_INFO]
     if not info:
         return None
@@ -109,6 +111,8 @@ def _lora_slots(samples: list[Sample]) -> LoraSlots | None:
     slots = _int(latest.get("max_lora"))
     if slots is None:
         return None
+    if not busy:
+        return LoraSlots(slots, frozenset(), frozenset())
     return LoraSlots(
         slots,
         _names(latest.get("running_lora_adapters")),

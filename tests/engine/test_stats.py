@@ -71,3 +71,11 @@ def test_only_requests_waiting_for_room_say_the_engine_is_full() -> None:
     assert parse_engine_stats(FULL + by_reason).waiting_for_capacity == 0.0
     # An engine that does not say why: all its waiting requests.
     assert parse_engine_stats(FULL).waiting_for_capacity == 1.0
+
+
+def test_an_idle_engine_uses_no_adapter_whatever_its_last_label_set_says() -> None:
+    idle = FULL.replace("} 3.0", "} 0.0").replace("} 1.0\n", "} 0.0\n")
+    lora = parse_engine_stats(idle + LORA).lora
+    assert lora is not None
+    assert lora.slots == 2
+    assert lora.active == frozenset()
