@@ -52,11 +52,11 @@ class FixedView:
 
 def adapters_of(view: EngineView, admitted: Iterable[str] = ()) -> Adapters:
     """What routing sees of ``view``'s adapters, with those of the requests
-    ``admitted`` to it that its last report may not show yet."""
+    ``admitted`` to it by this gateway (its last report may not show them)."""
     lora = view.lora
-    reported = lora.active if lora is not None else frozenset()
     return Adapters(
         served=view.adapters,
         slots=lora.slots if lora is not None else None,
-        active=reported | frozenset(admitted),
+        admitted=frozenset(admitted),
+        reported=lora.active if lora is not None else frozenset(),
     )

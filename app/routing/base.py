@@ -41,9 +41,16 @@ class Adapters:
     served: frozenset[str] = frozenset()
     # Its LoRA slots (``--max-loras``; None: not known, or no LoRA).
     slots: int | None = None
-    # The adapters its requests use now: those it reports running or
-    # waiting, and those of the requests admitted to it since.
-    active: frozenset[str] = frozenset()
+    # The adapters of the requests this gateway has admitted to it: exact,
+    # and newer than any report.
+    admitted: frozenset[str] = frozenset()
+    # The adapters it last reported running or waiting (a second old at
+    # most): other replicas' requests, or ones that have ended since.
+    reported: frozenset[str] = frozenset()
+
+    @property
+    def active(self) -> frozenset[str]:
+        return self.admitted | self.reported
 
 
 NO_ADAPTERS = Adapters()

@@ -5,8 +5,9 @@ adapter that is not in a slot waits in the engine ("deferred") until a slot
 frees, and then the adapter is swapped in — while another engine may be
 running that adapter already. So, for a request whose model is an adapter:
 
-- an engine whose requests use the adapter now (reported running or waiting
-  there, or admitted there since its last report) scores 1;
+- an engine whose requests use the adapter now scores 1: admitted there by
+  this gateway, or reported running or waiting there (by other replicas'
+  requests) in a slot this gateway's own requests do not fill;
 - one with a slot no adapter uses scores ``FREE_SLOT``: the adapter loads
   there without making anyone wait;
 - one whose slots are all in use scores 0: its requests would take turns.
@@ -38,7 +39,14 @@ class RunsTheAdapter:
 
 def _score(model: str, engine: EngineLoad) -> float:
     adapters = engine.adapters
-    if model in adapters.active:
+    if model in adapters.admitted:
+        return 1.0
+    # A report names what ran up to a second ago; where this gateway's own
+    # requests fill every slot, an adapter it names there is not running
+    # now, or waits its turn.
+    if model in adapters.reported and (
+        adapters.slots is None or len(adapters.admitted) < adapters.slots
+    ):
         return 1.0
     if adapters.slots is None or len(adapters.active) < adapters.slots:
         return FREE_SLOT

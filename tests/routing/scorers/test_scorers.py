@@ -42,7 +42,7 @@ def test_every_name_in_the_table_makes_its_scorer() -> None:
 
 
 def lora(slots: int | None, *active: str) -> Adapters:
-    return Adapters(served=frozenset({"a", "b", "c"}), slots=slots, active=frozenset(active))
+    return Adapters(served=frozenset({"a", "b", "c"}), slots=slots, admitted=frozenset(active))
 
 
 def test_the_engine_using_the_adapter_scores_1_a_free_slot_half_a_swap_0() -> None:
@@ -67,3 +67,15 @@ def test_a_base_model_request_scores_every_engine_alike() -> None:
     ]
     assert RunsTheAdapter().score(RouteRequest(model="tiny"), fleet) == [1.0, 1.0]
     assert RunsTheAdapter().score(ANY, fleet) == [1.0, 1.0]
+
+
+def test_a_report_does_not_outweigh_the_gateways_own_requests() -> None:
+    """A report a second old names ``a`` on both engines; this gateway's own
+    requests fill the second one's slot with ``b``: ``a`` runs on the first."""
+    served = frozenset({"a", "b"})
+    fleet = [
+        EngineLoad(id="first", adapters=Adapters(served, 1, frozenset({"a"}), frozenset({"a"}))),
+        EngineLoad(id="second", adapters=Adapters(served, 1, frozenset({"b"}), frozenset({"a"}))),
+        EngineLoad(id="other", adapters=Adapters(served, 1, frozenset(), frozenset({"a"}))),
+    ]
+    assert RunsTheAdapter().score(RouteRequest(model="a"), fleet) == [1.0, 0.0, 1.0]
