@@ -3,8 +3,7 @@ how a busy engine keeps its HTTP side off the engine core's CPU): the gateway
 reads its capacity and its load right — the KV cache's size, its running and
 waiting counts (from which admission learns its ``--max-num-seqs``) — and
 serves its static LoRA adapters (``--lora-modules``: every API server loads
-them; one loaded at run time reaches only the process that took the call,
-so the docs say to use static ones with several API servers)."""
+them)."""
 
 import asyncio
 from collections.abc import Iterator
