@@ -10,6 +10,7 @@ gives back what it held. Errors of any stage are ``GatewayError``s.
 
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from starlette.requests import Request
 from starlette.types import Send
@@ -103,10 +104,7 @@ async def _receive(
             raise EngineUnavailable(
                 "no engine is available", retry_after=settings.retry_after_unavailable
             )
-        model = body.get("model")
-        models = await services.engines.models_for(model if isinstance(model, str) else "")
-        if key is not None and key.models is not None:
-            models = {name: length for name, length in models.items() if key.may_call(name)}
+        body, models = await _model_table(body, key, services)
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
         job = check_request(
@@ -123,6 +121,29 @@ async def _receive(
             job = await services.counter.count(job, body, record.engine_request_id)
     record.checked(job.model, job.stream)
     return job
+
+
+async def _model_table(
+    body: dict[str, Any], key: KeyEntry | None, services: Services
+) -> tuple[dict[str, Any], dict[str, int | None]]:
+    """The body to send (an alias replaced by the served name it goes to)
+    and the models it is checked against. What the key may not call does
+    not exist to it, nor does an alias it may not call lead anywhere."""
+    model = body.get("model")
+    asked = model if isinstance(model, str) else ""
+    served, models = await services.engines.catalog.lookup(asked)
+    if key is not None and key.models is not None:
+        allowed = key.may_call(asked)
+        served = served if allowed else asked
+        models = {
+            name: length
+            for name, length in models.items()
+            if key.may_call(name) or (allowed and name == served)
+        }
+    if served != asked:
+        # An alias: the engine knows the served name only.
+        body = {**body, "model": served}
+    return body, models
 
 
 def _count_decides(settings: Settings, charged: bool, routed_by_prompt: bool) -> bool:

@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     # adapters come and go at run time); a name the gateway does not know
     # yet is looked up at once.
     models_interval: float = Field(5.0, gt=0)
+    # Public names for served models: ``chat=llama-v2|llama-v1,default=tiny``
+    # (the first name an engine serves; app/engine/aliases.py).
+    model_aliases: str | None = None
 
     # Connections: at most ``max_connections`` open; a request head must
     # arrive within ``head_timeout`` seconds (app/connections.py).

@@ -45,7 +45,7 @@ def _answer(
 ) -> Response:
     arrival, key_id = time.perf_counter(), None
     try:
-        listed = services.engines.model_list()
+        listed = services.engines.catalog.listing()
         if services.keys is not None:
             key = authenticate(request.headers, services.keys.ring)
             key_id = key.id

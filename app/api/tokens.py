@@ -62,6 +62,9 @@ async def _pass_through(
             key_id = key.id
         body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
         engine = _engine_for(body.get("model"), services, key)
+        served = services.engines.catalog.resolve(body["model"])
+        if served != body["model"]:
+            body = {**body, "model": served}
         answer = await services.engine_client.open(
             engine, path, json.dumps(body).encode(), current_request_id.get(), stream=False
         )
@@ -86,7 +89,7 @@ def _engine_for(model: Any, services: Services, key: KeyEntry | None) -> str:
         raise EngineUnavailable(
             "no engine is available", retry_after=services.settings.retry_after_unavailable
         )
-    engine = services.engines.engine_for(model)
+    engine = services.engines.engine_for(services.engines.catalog.resolve(model))
     if engine is None or (key is not None and not key.may_call(model)):
         raise ModelNotFound(f"The model `{model}` does not exist.", param="model")
     return engine

@@ -33,6 +33,8 @@ from typing import Any
 
 import zmq.asyncio
 
+from app.engine.aliases import parse_aliases
+from app.engine.catalog import ModelCatalog
 from app.engine.client import EngineClient
 from app.engine.discovery import engine_urls, is_dns, resolve
 from app.engine.kv_events import endpoint_for
@@ -61,6 +63,8 @@ class EnginePool:
         self._change_listeners: list[ChangeListener] = []
         self._stats_listeners: list[StatsListener] = []
         self._forget_listeners: list[Callable[[str], None]] = []
+        # What the engines requests may go to serve, and the aliases.
+        self.catalog = ModelCatalog(self.up_engines, parse_aliases(settings.model_aliases))
         # What each engine reports holding (KV cache events), by URL.
         self.kv_indexes: dict[str, BlockIndex] = {}
         self._kv: dict[str, KvEventSubscriber] = {}
@@ -236,44 +240,6 @@ class EnginePool:
         monitor = self.monitors.get(url)
         if monitor is not None:
             monitor.mark_down()
-
-    def models(self) -> dict[str, int | None]:
-        """Model name to context length, over the engines that are up (the
-        longest where engines differ: the engine that serves it decides)."""
-        table: dict[str, int | None] = {}
-        for monitor in self.up_engines():
-            for name, length in monitor.models.items():
-                known = table.get(name)
-                table[name] = max(length, known) if length and known else (length or known)
-        return table
-
-    async def models_for(self, name: str) -> dict[str, int | None]:
-        """The model table, refreshed first if ``name`` is unknown and the
-        engines' lists are more than a few seconds old (a model may have
-        been added)."""
-        table = self.models()
-        if name not in table:
-            stale = [m for m in self.up_engines() if m.models_age > 5.0]
-            if stale:
-                await asyncio.gather(*(m.refresh_models() for m in stale))
-                table = self.models()
-        return table
-
-    def model_list(self) -> dict[str, Any]:
-        """``/v1/models``: the union of the engines' lists, each entry as the
-        first engine that serves it wrote it (an adapter with its ``parent``),
-        with the longest context any of them gives it."""
-        entries: dict[str, dict[str, Any]] = {}
-        for monitor in self.up_engines():
-            for name, length in monitor.models.items():
-                entry = entries.setdefault(
-                    name,
-                    {"id": name, "object": "model", "owned_by": "vllm"}
-                    | monitor.entries.get(name, {}),
-                )
-                if length is not None:
-                    entry["max_model_len"] = max(length, entry.get("max_model_len") or 0)
-        return {"object": "list", "data": list(entries.values())}
 
 
 class _PooledView:

@@ -75,3 +75,23 @@ def test_patterns_and_names_decide_and_no_field_allows_all() -> None:
     assert not KeyEntry.model_validate({**entry, "models": []}).may_call("tiny")
     with pytest.raises(ValueError, match="may not be empty"):
         KeyEntry.model_validate({**entry, "models": ["tiny", " "]})
+
+
+async def test_a_key_calls_an_alias_it_may_call_whatever_the_served_name(keys_file: Path) -> None:
+    """``acme-latest`` is acme's, though the adapter behind it is named
+    otherwise; ``globex-latest`` is not, whatever it leads to."""
+    engine = ScriptedEngine(adapters=ADAPTERS)
+    aliases = "acme-latest=globex-sql,globex-latest=acme-sql"
+    async with in_process_gateway(engine, keys_file=keys_file, model_aliases=aliases) as gateway:
+        assert await listed(gateway, "key-acme") == {MODEL, "acme-sql", "acme-poem", "acme-latest"}
+        body = {"model": "acme-latest", "prompt": "hi", "max_tokens": 2}
+        exchange = gateway.request("/v1/completions", body, headers=bearer("key-acme"))
+        call = await asyncio.wait_for(engine.calls.get(), timeout=30)
+        assert call.body["model"] == "globex-sql"
+        call.answer(200, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+        assert (await exchange.done()).status == 200
+        refused = gateway.request(
+            "/v1/completions", {**body, "model": "globex-latest"}, headers=bearer("key-acme")
+        )
+        assert (await asyncio.wait_for(refused.done(), timeout=30)).status == 404
+        assert engine.calls.empty()
