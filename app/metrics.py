@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from app import __version__
 from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
+from app.model_metrics import ModelSeries
 from app.routes import ROUTES
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
@@ -87,6 +88,7 @@ class GatewayMetrics:
         self.tokens = Counter(
             "gateway_tokens", "Tokens of completed or cancelled requests.", ["kind"], registry=r
         )
+        self.models = ModelSeries(r, OUTCOMES)
         # Per engine (label ``engine``: its URL without the scheme).
         self.kv_capacity = self._per_engine(
             Gauge(

@@ -41,6 +41,8 @@ class Telemetry:
                 m.tokens.labels("prompt").inc(rec.prompt_tokens)
             if rec.completion_tokens:
                 m.tokens.labels("completion").inc(rec.completion_tokens)
+        if rec.model is not None:
+            m.models.record(rec.model, rec.outcome, rec.prompt_tokens, rec.completion_tokens)
         m.duration.labels(rec.route, rec.outcome).observe(
             rec.ended_at - rec.arrival, rec.exemplar()
         )

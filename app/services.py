@@ -89,6 +89,13 @@ def build_services(settings: Settings, drain: Drain) -> Services:
     engines.on_change(admission.on_engine_change)
     engines.on_stats(admission.on_engine_stats)
     engines.on_forget(admission.forget_engine)
+
+    def keep_served_models(_: str) -> None:
+        # A model or adapter no engine lists any more takes its series along.
+        metrics.models.keep_only({name for m in engines.monitors.values() for name in m.models})
+
+    engines.on_change(keep_served_models)
+    engines.on_forget(keep_served_models)
     drain.on_begin(admission.start_draining)
     drain.on_begin(lambda: metrics.draining.set(1))
     keys = quota = None
