@@ -71,7 +71,7 @@ async def test_loading_twice_and_unloading_twice_succeed_and_say_what_each_engin
         assert a.calls.empty()
         assert b.calls.empty()
         # Routable at once: the engine's list was read again.
-        (monitor_a, _) = (gateway.services.engines.monitors[e.url] for e in (a, b))
+        monitor_a = gateway.services.engines.monitors[a.url]
         assert "sql" in monitor_a.adapters
         listed = await gateway.request("/v1/models", b"", method="GET", port=PUBLIC).done()
         assert {m["id"]: m.get("parent") for m in listed.json()["data"]}["sql"] == MODEL

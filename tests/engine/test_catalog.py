@@ -4,9 +4,18 @@ that name, and a fallback name taken while the first is not served."""
 
 import asyncio
 
-from tests.support.asgi import in_process_gateway
+from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.scripted_engine import MODEL, ScriptedEngine
 from tests.support.wait import wait_for
+
+
+async def sent_as(gateway: InProcessGateway, engine: ScriptedEngine, model: str) -> str:
+    """The model a completion for ``model`` reached the engine with (answered)."""
+    exchange = gateway.request("/v1/completions", {"model": model, "prompt": "hi", "max_tokens": 2})
+    call = await asyncio.wait_for(engine.calls.get(), timeout=30)
+    call.answer(200, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+    assert (await exchange.done()).status == 200
+    return str(call.body["model"])
 
 
 async def test_an_alias_is_listed_and_sent_on_as_the_served_name() -> None:
