@@ -376,6 +376,33 @@ def gateway_dashboard() -> dashboard.Dashboard:
                 span=24,
             )
         )
+        .with_row(dashboard.Row("Models and adapters"))
+        .with_panel(
+            graph(
+                "Requests per model",
+                [
+                    (
+                        f"sum by (model, outcome) (rate(gateway_model_requests_total[{RATE}]))",
+                        "{{model}} {{outcome}}",
+                    )
+                ],
+                "reqps",
+                "By the served model or LoRA adapter a request went to (an alias's requests under the name it resolved to). Only names the engines serve have series; an adapter no engine lists any more loses them.",
+            )
+        )
+        .with_panel(
+            graph(
+                "Tokens per model",
+                [
+                    (
+                        f"sum by (model, kind) (rate(gateway_model_tokens_total[{RATE}]))",
+                        "{{model}} {{kind}}",
+                    )
+                ],
+                "short",
+                "Prompt and completion tokens of completed and cancelled requests, per served model or adapter. Which engine runs which adapter: vLLM engine → its lora_requests_info.",
+            )
+        )
         .with_row(dashboard.Row("Tenants"))
         .with_panel(
             graph(

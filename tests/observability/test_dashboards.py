@@ -37,7 +37,15 @@ def gateway_series() -> set[str]:
     """Every series name the gateway can export: labelled ones without
     children included (per-engine and per-tenant series appear only once they
     exist), and metrics registered only when their feature is configured."""
-    metrics = [m for m in vars(GatewayMetrics()).values() if isinstance(m, MetricWrapperBase)]
+    gateway = GatewayMetrics()
+    # Its metrics, and those of the groups it holds (the per-model series).
+    holders = [
+        gateway,
+        *(v for v in vars(gateway).values() if type(v).__module__.startswith("app.")),
+    ]
+    metrics = [
+        m for holder in holders for m in vars(holder).values() if isinstance(m, MetricWrapperBase)
+    ]
     return {
         family.name + suffix
         for metric in metrics
