@@ -13,7 +13,7 @@ from openai import AsyncOpenAI
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletionMessageParam
 
-from tests.support.engines import MODEL, Engine, engine_idle
+from tests.support.engines import ADAPTERS, MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway, access_log
 from tests.support.wait import wait_until
 
@@ -189,10 +189,17 @@ async def test_stream_headers_and_request_id_round_trip(gateway: Gateway) -> Non
     assert f'"id":"chatcmpl-{entry["engine_request_id"]}"'.encode() in response.content
 
 
-async def test_models_come_from_the_engine(gateway: Gateway) -> None:
+async def test_models_come_from_the_engine(gateway: Gateway, idle_engine: Engine) -> None:
+    """The engine's own list, entry for entry: its model and its LoRA
+    adapters, each adapter with its parent."""
     async with client(gateway.url) as api:
         models = await api.models.list()
-    assert [model.id for model in models.data] == [MODEL]
+    async with client(idle_engine.url) as api:
+        direct = await api.models.list()
+    assert [model.id for model in models.data] == [model.id for model in direct.data]
+    assert [model.id for model in models.data] == [MODEL, *ADAPTERS]
+    parents = {model.id: (model.model_extra or {}).get("parent") for model in models.data}
+    assert parents == {MODEL: None, **dict.fromkeys(ADAPTERS, MODEL)}
 
 
 async def test_the_outcomes_are_counted(gateway: Gateway) -> None:
