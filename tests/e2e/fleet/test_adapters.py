@@ -78,7 +78,9 @@ async def test_each_adapter_stays_on_one_engine(
                 await client.completions.create(
                     model=name,
                     prompt=f"Request {i}",
-                    max_tokens=256,
+                    # Long enough to outlast the next sends (5 blocks each of
+                    # the engine's 24, two per engine).
+                    max_tokens=512,
                     extra_body={"ignore_eos": True},
                     stream=True,
                     stream_options={"include_usage": True},
@@ -86,7 +88,7 @@ async def test_each_adapter_stays_on_one_engine(
             )
             assert await wait_for(partial(in_flight, gateway, i + 1), timeout=60)
         counts = await asyncio.gather(*(_tokens(s) for s in streams))
-    assert counts == [256] * 4
+    assert counts == [512] * 4
     assert await wait_for(lambda: all(engine_idle(e.metric) for e in fleet), timeout=60)
     used = sorted((adapters_used_since(e, since) for e in fleet), key=sorted)
     assert used == [{"poem"}, {"sql"}]
