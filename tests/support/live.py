@@ -40,6 +40,8 @@ LIVE_PATHS = (
     "tests/deploy/",
     "tests/observability/test_rules.py",
     "tests/observability/test_live.py",
+    # git: the stamps' commits in the history.
+    "tests/benchmarks/test_measurements.py",
 )
 UNIT_RUN = "TESTS_UNIT_ONLY"
 
