@@ -22,6 +22,7 @@ from openai.types import Completion
 from deploy.local import free_port, scrape
 from tests.support.engines import ADAPTERS, MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway, StartGateway
+from tests.support.keys import key_entry, write_keys_file
 from tests.support.wait import wait_for
 
 
@@ -30,6 +31,38 @@ def fleet_gateway(start_gateway: StartGateway, fleet: list[Engine]) -> Gateway:
     gateway = start_gateway(fleet[0].url, upstream_urls=",".join(e.url for e in fleet))
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
     return gateway
+
+
+async def test_a_tenants_adapter_is_refused_and_unlisted_to_another_tenant(
+    idle_engine: Engine, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    """Each tenant's key names its adapter: to the other, it does not exist —
+    not listed, a 404 through the SDK — and the engine never sees the call."""
+    keys = write_keys_file(
+        tmp_path / "keys.yaml",
+        [
+            key_entry("acme-1", "acme", "key-acme", models=(MODEL, "sql")),
+            key_entry("globex-1", "globex", "key-globex", models=(MODEL, "poem")),
+        ],
+    )
+    gateway = start_gateway(idle_engine.url, keys_file=keys)
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    before = idle_engine.metric("vllm:request_success_total")
+    async with AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="key-acme", max_retries=0) as acme:
+        assert {m.id for m in (await acme.models.list()).data} == {MODEL, "sql"}
+        reply = await acme.completions.create(model="sql", prompt="SELECT", max_tokens=4)
+        assert reply.model == "sql"
+        with pytest.raises(openai.NotFoundError) as refused:
+            await acme.completions.create(model="poem", prompt="Roses", max_tokens=4)
+        assert "poem" in str(refused.value)
+    async with AsyncOpenAI(
+        base_url=f"{gateway.url}/v1", api_key="key-globex", max_retries=0
+    ) as globex:
+        assert {m.id for m in (await globex.models.list()).data} == {MODEL, "poem"}
+    # One request reached the engine: acme's own.
+    assert await wait_for(
+        lambda: idle_engine.metric("vllm:request_success_total") == before + 1, timeout=60
+    )
 
 
 def adapters_used_since(engine: Engine, since: float) -> set[str]:
