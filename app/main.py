@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.api import adapters, completions, health, responses, status, tokens
+from app.api import adapters, completions, health, live, responses, status, tokens
 from app.api.entry import Gateway
 from app.api.ports import PortRouter
 from app.drain import Drain
@@ -86,6 +86,8 @@ def create_app(
     if settings.admin_port is not None:
         # It names tenants and engines: never on the public port.
         app.include_router(status.router)
+        # The page that reads /status and /metrics: where /status is.
+        app.include_router(live.router)
         # It changes what the engines serve: the operator's alone.
         app.include_router(adapters.router)
     _install_error_handlers(app)

@@ -9,9 +9,9 @@ core included).
 
 ``ENGINE_REPLICAS`` engines listen on ``ENGINE_PORT`` + 10·i (8001, 8011, …),
 ``GATEWAYS`` gateways on ``GATEWAY_PORT`` + 10·i (8000, 8010, …), each
-with its admin listener (``/metrics``) on ``ADMIN_PORT`` + i (9100 + i) when
-there are several;
-Redis on ``REDIS_PORT`` (6379). Prometheus on ``PROMETHEUS_PORT`` (9090).
+with its admin listener (``/metrics``, ``/status``, the live page ``/live``)
+on ``ADMIN_PORT`` + i (9100 + i); Redis on ``REDIS_PORT`` (6379).
+Prometheus on ``PROMETHEUS_PORT`` (9090).
 The trace backend (``deploy/traces/run.sh``) when ``make trace-backend`` has
 installed it, unless ``TRACES=off``: its UI and OTLP/HTTP on ``TRACES_PORT``
 (6006), OTLP/gRPC on ``TRACES_GRPC_PORT`` (4317); the gateways and the
@@ -169,10 +169,10 @@ def main() -> int:
     wait = f"{python} deploy/wait_for_http.py {engine_urls[0]}/health --timeout 900"
     for i in range(gateways):
         listen = gateway_port + 10 * i
-        settings = {"GATEWAY_PORT": str(listen)}
-        if gateways > 1:
-            settings["GATEWAY_ADMIN_PORT"] = str(admin_port + i)
-        scrape.append(f"127.0.0.1:{settings.get('GATEWAY_ADMIN_PORT', listen)}")
+        # The admin listener: /metrics, /status and the live page, off the
+        # API's port.
+        settings = {"GATEWAY_PORT": str(listen), "GATEWAY_ADMIN_PORT": str(admin_port + i)}
+        scrape.append(f"127.0.0.1:{admin_port + i}")
         manager.add_process(
             f"gateway-{i}" if gateways > 1 else "gateway",
             f"{wait} && exec {python} -m app",
@@ -210,6 +210,7 @@ def main() -> int:
         print(f"engine  {url}  (ready in about a minute)", flush=True)
     for i in range(gateways):
         print(f"gateway http://127.0.0.1:{gateway_port + 10 * i}  (starts once an engine answers)")
+        print(f"live    http://127.0.0.1:{admin_port + i}/live  (its state, in a browser)")
     manager.loop()
     return manager.returncode or 0
 

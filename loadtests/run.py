@@ -23,11 +23,13 @@ from pathlib import Path
 
 import httpx
 
+from loadtests.live_page import LivePageWatcher
 from loadtests.report import write_report
 from loadtests.sampler import Sampler
 from loadtests.schedule import DEFAULT_USERS, SHAPES, schedule
 
 ROOT = Path(__file__).resolve().parents[1]
+MAKE_UP_ADMIN = "http://127.0.0.1:9100"
 EXPORTED = {
     "engine_running": "sum(vllm:num_requests_running)",
     "engine_waiting": "sum(vllm:num_requests_waiting)",
@@ -59,6 +61,36 @@ def export_prometheus(prometheus: str, start: float, end: float, run: Path) -> b
     return True
 
 
+def metrics_url(gateway_url: str) -> str:
+    """Where a gateway not told otherwise serves ``/metrics``: on its own
+    port, or (``make up``'s gateway, with its admin listener) on 9100."""
+    try:
+        if httpx.get(f"{gateway_url}/metrics", timeout=5).status_code == 200:
+            return gateway_url
+    except httpx.HTTPError:
+        pass
+    return MAKE_UP_ADMIN
+
+
+def live_page_watcher(args: argparse.Namespace, run: Path) -> LivePageWatcher | None:
+    """The gateway's live page watched for the run, where its admin port
+    serves one; its screenshot taken just before the shape's last stage ends."""
+    if not args.gateway_metrics_url:
+        return None
+    why_not = LivePageWatcher.available()
+    try:
+        served = httpx.get(f"{args.gateway_metrics_url}/live", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        served = False
+    if why_not or not served:
+        print(f"live page: no screenshot ({why_not or 'the admin port serves no /live'})")
+        return None
+    at = max(stage.end for stage in schedule(args.shape)) - 5
+    watcher = LivePageWatcher(args.gateway_metrics_url, at, run / "live-page.png")
+    watcher.start()
+    return watcher
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=SHAPES, default="degradation")
@@ -70,7 +102,8 @@ def main() -> int:
         "--gateway-metrics-url",
         default=os.environ.get("LOAD_GATEWAY_METRICS_URL"),
         help="where the gateway serves /metrics (its admin listener when"
-        " GATEWAY_ADMIN_PORT is set; default: --gateway-url)",
+        " GATEWAY_ADMIN_PORT is set; default: --gateway-url, or make up's admin"
+        f" port {MAKE_UP_ADMIN} where the gateway serves no /metrics)",
     )
     parser.add_argument(
         "--engine-url", default=os.environ.get("ENGINE_URL", "http://127.0.0.1:8001")
@@ -82,6 +115,8 @@ def main() -> int:
     args = parser.parse_args()
 
     url = args.gateway_url if args.target == "gateway" else args.engine_url
+    if args.target == "gateway" and not args.gateway_metrics_url:
+        args.gateway_metrics_url = metrics_url(args.gateway_url)
     try:
         httpx.get(f"{url}/v1/models", timeout=5).raise_for_status()
     except httpx.HTTPError as exc:
@@ -136,11 +171,16 @@ def main() -> int:
         run / "samples.jsonl",
     )
     sampler.start()
+    watcher = live_page_watcher(args, run) if args.target == "gateway" else None
     with (run / "locust.log").open("wb") as log:
         code = subprocess.run(
             command, env=env, cwd=run, stdout=log, stderr=subprocess.STDOUT, check=False
         ).returncode
     sampler.stop()
+    if watcher is not None:
+        watcher.stop()
+        watcher.join(timeout=60)
+        print(watcher.note)
     ended = time.time()
 
     if export_prometheus(args.prometheus, started, ended, run):

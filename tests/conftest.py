@@ -36,6 +36,9 @@ def engine(
         # The Responses API keeps each response in the engine (retrieve,
         # continue, cancel): tests/e2e/test_responses.py.
         "VLLM_ENABLE_RESPONSES_API_STORE": "1",
+        # /pause and /resume: a test holds requests in the engine, unscheduled,
+        # for as long as it needs (tests/e2e/test_live_page.py).
+        "VLLM_SERVER_DEV_MODE": "1",
         **SMALL_ENGINE,
         # Two LoRA adapters, one slot: tests/e2e/fleet/test_adapters.py.
         **LORA,

@@ -56,6 +56,14 @@ async def test_status_shows_the_engines_budget_and_the_queue_by_tenant(tmp_path:
         assert seen["overcommit"] > 0
         assert (seen["in_flight"], seen["max_sequences"]) == (1, 1)
         assert seen["reserved_tokens"] > 0
+        # What the engine's own /metrics said (this one publishes no
+        # running and waiting counts: unknown, not 0).
+        assert seen["engine"] == {
+            "running": None,
+            "waiting": None,
+            "kv_usage": 0.0,
+            "preemptions_total": 0.0,
+        }
         assert body["queue"]["depth"] == 1
         assert body["queue"]["by_tenant"] == {"acme": 1}
         assert body["queue"]["by_priority"]["normal"] == 1

@@ -1,16 +1,16 @@
 """What each listener serves when ``GATEWAY_ADMIN_PORT`` is set: the API on
-the main port, ``/metrics``, ``/status`` and ``/adapters/*`` only on the admin port, health
-on both. One
-process and one app listen on both ports; the port a request came in on
-decides. Behind a platform, publish the main port and keep the admin port on
-the internal network (Prometheus scrapes it there)."""
+the main port, ``/metrics``, ``/status``, ``/live`` and ``/adapters/*`` only on
+the admin port, health on both. One process and one app listen on both ports;
+the port a request came in on decides. Behind a platform, publish the main
+port and keep the admin port on the internal network (Prometheus scrapes it
+there)."""
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.errors import NotFound
 from app.responses import error_response
 
-ADMIN_PATHS = frozenset({"/metrics", "/status", "/adapters/load", "/adapters/unload"})
+ADMIN_PATHS = frozenset({"/metrics", "/status", "/live", "/adapters/load", "/adapters/unload"})
 
 
 class PortRouter:

@@ -88,6 +88,8 @@ class EngineMonitor:
         self.adapters: frozenset[str] = frozenset()
         # Its LoRA slots and the adapters in them, from its /metrics.
         self.lora: LoraSlots | None = None
+        # What its /metrics said last (None: nothing read yet).
+        self.stats: EngineStats | None = None
         self._models_at = 0.0
         self._up_gauge = metrics.upstream_up.labels(self.label)
         self._missing_gauge = metrics.engine_stats_missing.labels(self.label)
@@ -221,6 +223,7 @@ class EngineMonitor:
             self._missing = stats.missing
         self._missing_gauge.set(len(stats.missing))
         self.lora = stats.lora
+        self.stats = stats
         self._on_stats(self.url, stats)
 
 

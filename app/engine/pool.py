@@ -40,7 +40,7 @@ from app.engine.discovery import engine_urls, is_dns, resolve
 from app.engine.kv_events import endpoint_for
 from app.engine.kv_subscriber import KvEventSubscriber
 from app.engine.monitor import ChangeListener, EngineMonitor, StatsListener, engine_label
-from app.engine.stats import LoraSlots
+from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats, LoraSlots
 from app.engine.view import EngineView
 from app.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
@@ -225,6 +225,7 @@ class EnginePool:
                 "ejected": monitor.ejected,
                 "heard_from_lately": monitor.up,
                 "models": dict(monitor.models),
+                "engine": _engine_said(monitor.stats),
                 **self._kv_status(url),
             }
             for url, monitor in self.monitors.items()
@@ -240,6 +241,19 @@ class EnginePool:
         monitor = self.monitors.get(url)
         if monitor is not None:
             monitor.mark_down()
+
+
+def _engine_said(stats: EngineStats | None) -> dict[str, Any] | None:
+    """What the engine's own /metrics said last: its scheduler's counts,
+    its KV cache's use, its preemptions since it started."""
+    if stats is None:
+        return None
+    return {
+        "running": stats.running if stats.counts_seen else None,
+        "waiting": stats.waiting if stats.counts_seen else None,
+        "kv_usage": None if KV_USAGE in stats.missing else round(stats.kv_usage, 4),
+        "preemptions_total": None if PREEMPTIONS in stats.missing else stats.preemptions_total,
+    }
 
 
 class _PooledView:
