@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.experiments import batching, degradation, kv_capacity, sweep
+from benchmarks.experiments import batching, degradation, kv_capacity, surface, sweep
 from benchmarks.experiments.engine import EngineInfo, engine_info
 from benchmarks.experiments.output import DOCS, NotApplicable, stamp
 from benchmarks.harness import Client, engine_idle, machine_note, machine_state
@@ -23,6 +23,7 @@ EXPERIMENTS: dict[str, tuple[Collect, Render]] = {
     # After the sweep: the capacity page quotes the sweep's preemption onset.
     "capacity": (kv_capacity.collect, kv_capacity.render),
     "degradation": (degradation.collect, degradation.render),
+    "surface": (surface.collect, surface.render),
 }
 # Options that only say where things are; left out of the command a page shows.
 LOCAL_OPTIONS = ("--engine-url", "--gateway-url", "--prometheus-url", "--out")
@@ -53,6 +54,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model-config", help="capacity: the engine's config.json")
     parser.add_argument("--dtype", default="auto", help="capacity: the engine's dtype")
     parser.add_argument("--onset-limit", type=int, default=64)
+    parser.add_argument(
+        "--max-num-seqs", type=int, help="surface: the engine's --max-num-seqs (default: no cap)"
+    )
     parser.add_argument("--chat-max-tokens", type=int, default=256)
     parser.add_argument("--step-seconds", type=float, default=20)
     parser.add_argument("--multiple", type=int, default=10, help="degradation: the top step")

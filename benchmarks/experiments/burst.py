@@ -11,6 +11,7 @@ waiting, KV usage).
 
 import asyncio
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from benchmarks.experiments.engine import (
@@ -25,6 +26,8 @@ from benchmarks.experiments.engine import (
 from benchmarks.harness import Call, Client, measured
 
 SAMPLE_SECONDS = 0.2
+# Text, or token ids (an exact length: the capacity surface's bursts).
+Prompt = str | list[int]
 
 
 def course_prompts(count: int) -> list[str]:
@@ -57,12 +60,12 @@ class Run:
 
 
 async def _measure(
-    url: str, model: str, prompts: list[str], max_tokens: int, concurrency: int
+    url: str, model: str, prompts: Sequence[Prompt], max_tokens: int, concurrency: int
 ) -> Run:
     gate = asyncio.Semaphore(concurrency)
     async with Client(url) as client:
 
-        async def one(prompt: str) -> Call:
+        async def one(prompt: Prompt) -> Call:
             body = {
                 "model": model,
                 "prompt": prompt,
@@ -101,7 +104,9 @@ async def _measure(
     )
 
 
-def measure(url: str, model: str, prompts: list[str], max_tokens: int, concurrency: int) -> Run:
+def measure(
+    url: str, model: str, prompts: Sequence[Prompt], max_tokens: int, concurrency: int
+) -> Run:
     return asyncio.run(_measure(url, model, prompts, max_tokens, concurrency))
 
 
