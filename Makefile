@@ -176,6 +176,14 @@ EXPERIMENT ?= all
 experiments: $(VENV)/.ready
 	$(VENV)/bin/python -m benchmarks.experiments $(EXPERIMENT) $(EXPERIMENTS_ARGS)
 
+# The showcase re-measured at the current commit: make up's stack started,
+# the degradation shape direct and through the gateway, the dashboards and
+# the live page, the experiments and the capacity surface, written into
+# docs/load and docs/experiments and stamped; the stack stopped.
+.PHONY: showcase
+showcase: setup
+	$(VENV)/bin/python -m benchmarks.showcase
+
 # Benchmarks that start their own engines, gateways and Redis (after waiting
 # for a quiet machine), print tables and write result.json, tables.md and
 # every process's log under reports/ (docs/benchmarks.md has the figures and
