@@ -89,10 +89,11 @@ def load_runs(scratch: Path, commit: str, date: str, log: Path) -> None:
         stamp_page(page, commit, date)
 
 
-def stamp_manifest(commit: str, date: str, took: float) -> None:
+def stamp_manifest(manifest_path: Path, commit: str, date: str, took: float) -> None:
     """Replace the two folders' entries in the manifest of measurements."""
-    manifest = yaml.safe_load(MANIFEST.read_text())
-    header = MANIFEST.read_text().split("measurements:", 1)[0]
+    text = manifest_path.read_text()
+    manifest = yaml.safe_load(text)
+    header = text.split("measurements:", 1)[0]
     kept = [
         entry
         for entry in manifest["measurements"]
@@ -113,7 +114,7 @@ def stamp_manifest(commit: str, date: str, took: float) -> None:
         )
     kept.sort(key=lambda entry: entry["path"])
     body = yaml.safe_dump({"measurements": kept}, sort_keys=False, allow_unicode=True, width=100)
-    MANIFEST.write_text(header + body)
+    manifest_path.write_text(header + body)
 
 
 def main() -> int:
@@ -143,7 +144,7 @@ def main() -> int:
         finally:
             stack.stop(timeout=60)
     took = time.monotonic() - started
-    stamp_manifest(commit, date, took)
+    stamp_manifest(MANIFEST, commit, date, took)
     print(f"showcase measured at {commit} in {took / 60:.1f} min: docs/load, docs/experiments")
     return 0
 
