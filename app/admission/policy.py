@@ -94,7 +94,7 @@ waits only while others use the room it could take elsewhere: room that
 no one behind it took in a dispatch round, it takes.
 
 *Refusing early, and Retry-After.* A new request whose predicted wait is
-longer than the queue's deadline is refused at once rather than after it
+surely longer than the queue's deadline is refused at once rather than after it
 (``queue_forecast``) — unless the order would admit it at once (nothing
 before it waits, an engine has room) — and so is any request beyond the
 queue's maximum depth or bytes (``queue_full``). How the wait is predicted,
@@ -244,7 +244,7 @@ class AdmissionPolicy:
         if full and not self._admitted_at_once(w):
             raise QueueFull(told(w.priority))
         wait = forecast.wait(w.priority, w.tokens, w.tenant)
-        if wait is not None and wait > config.max_wait and not self._admitted_at_once(w):
+        if wait is not None and forecast.outwaits(wait) and not self._admitted_at_once(w):
             raise QueueFull(
                 told(w.priority, may_queue=True),
                 reason="queue_forecast",
@@ -289,6 +289,8 @@ class AdmissionPolicy:
         ``passed``: the waiters this dispatch round found waiting for their
         prefix's engine (they hold their places; the next of their tenant's
         stand in for them), kept across the round's calls."""
+        # The drain's clock up to now: what ``commit`` admits, it admits now.
+        self.forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         expired: list[Waiter] = []
         full_models: set[str] = set()
         passed = set() if passed is None else passed

@@ -229,3 +229,56 @@ def test_a_burst_on_a_fresh_gateway_is_not_refused_for_what_its_first_streams_sa
             assert p.forecast.rate() is None
     engine_rate = 128 * tokens / 4.0
     assert p.forecast.rate() == pytest.approx(engine_rate, rel=0.2)
+
+
+def test_a_queue_at_the_deadlines_edge_is_not_refused_for_its_forecast() -> None:
+    """256 users on 128 sequences whose streams last 4.2 to 5 s, a 5 s
+    deadline, every user back the moment its stream ends or it is refused:
+    the queue's wait is one stream's length, at the deadline's edge, and
+    the forecast predicts about that. Refused at the deadline itself, the
+    same users would be turned away again and again (vLLM alone serves them
+    all within about 5 s); sure only past a fifth more, nobody is."""
+    p = policy(blocks=10_000, block_size=16, max_sequences=128, max_wait=5.0)
+    tokens = 100 + 256
+    durations = random.Random(11)
+    ends: list[tuple[float, int, Reservation]] = []
+    order = itertools.count()
+    predicted: list[float] = []
+    refusals = 0
+
+    def admitted(now: float) -> None:
+        for _, reservation in admit_all(p, now):
+            end = now + durations.uniform(4.2, 5.0)
+            heapq.heappush(ends, (end, next(order), reservation))
+
+    def user_sends(now: float) -> bool:
+        wait = p.forecast.wait("normal", tokens, "t")
+        if wait is not None:
+            predicted.append(wait)
+        try:
+            add(p, waiter(tokens=tokens, at=now))
+        except QueueFull:
+            return False
+        admitted(now)
+        return True
+
+    retries = sum(not user_sends(0.0) for _ in range(256))
+    now = 0.0
+    while now < 40.0:
+        now = round(now + 0.05, 2)
+        ended = []
+        while ends and ends[0][0] <= now:
+            ended.append(heapq.heappop(ends)[2])
+        for reservation in ended:
+            p.release(reservation)
+        admitted(now)
+        sending, retries = len(ended) + retries, 0
+        for _ in range(sending):
+            if not user_sends(now + 0.002):
+                refusals += 1
+                retries += 1
+    # The forecast was measured, and it saw the edge: waits about the deadline.
+    assert len(predicted) > 500
+    assert max(predicted) >= 4.9
+    assert refusals == 0
+    assert p.queued > 100

@@ -377,6 +377,22 @@ def test_a_wait_past_the_deadline_is_refused_early_and_told_at_most_the_deadline
         assert 1.0 <= refused.value.retry_after <= 4.0
 
 
+def test_a_wait_only_just_past_the_deadline_is_queued_not_refused() -> None:
+    """A forecast has its error: refused early is only what is predicted to
+    wait more than a fifth past the deadline. With a 4 s deadline and a
+    well-measured 100 tokens/s, 4.4 s is queued (its deadline will tell),
+    5.3 s refused."""
+    p = policy(blocks=1, max_wait=4.0)
+    steady_slow_backlog(p, seconds=60, queued=2)
+    near = add(p, waiter("busy", tokens=240, at=60))  # (200 + 240) / 100: 4.4 s
+    assert near in p.queue
+    p = policy(blocks=1, max_wait=4.0)
+    steady_slow_backlog(p, seconds=60, queued=2)
+    with pytest.raises(QueueFull) as refused:
+        add(p, waiter("busy", tokens=330, at=60))  # (200 + 330) / 100: 5.3 s
+    assert refused.value.reason == "queue_forecast"
+
+
 def test_a_client_refused_for_its_wait_is_told_to_come_back_while_it_can_queue() -> None:
     """5 s to wait with a 4 s deadline: told to come back when, queued, it
     should wait half its deadline (5 - 2 = 3 s), not when it should be
