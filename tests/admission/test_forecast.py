@@ -17,7 +17,7 @@ import time
 import pytest
 
 from app.admission.forecast import DrainRate
-from app.admission.policy import QueueFull, Reservation
+from app.admission.policy import AdmissionPolicy, QueueFull, Reservation
 from tests.admission.test_policy import (
     add,
     admit,
@@ -186,6 +186,37 @@ def test_a_backlogs_rate_counts_once_the_requests_it_found_in_flight_have_turned
     assert fresh.rate() is None
 
 
+class Streams:
+    """Closed-loop users' streams on the policy: each admitted request runs
+    for a random time in [low, high] seconds, then is released."""
+
+    def __init__(self, p: AdmissionPolicy, low: float, high: float, seed: int) -> None:
+        self._p = p
+        self._durations = random.Random(seed)
+        self._low, self._high = low, high
+        self._ends: list[tuple[float, int, Reservation]] = []
+        self._order = itertools.count()
+
+    def admit(self, now: float) -> None:
+        """Admit what the policy admits now; each starts its stream."""
+        for _, reservation in admit_all(self._p, now):
+            end = now + self._durations.uniform(self._low, self._high)
+            heapq.heappush(self._ends, (end, next(self._order), reservation))
+
+    def running(self) -> set[int]:
+        return {id(reservation) for _, _, reservation in self._ends}
+
+    def end(self, now: float) -> list[Reservation]:
+        """Release the streams over by ``now``, then admit; the released."""
+        ended = []
+        while self._ends and self._ends[0][0] <= now:
+            ended.append(heapq.heappop(self._ends)[2])
+        for reservation in ended:
+            self._p.release(reservation)
+        self.admit(now)
+        return ended
+
+
 def test_a_burst_on_a_fresh_gateway_is_not_refused_for_what_its_first_streams_say() -> None:
     """256 users at once on a fresh gateway in front of one engine running
     128 sequences, each stream 3.5 to 4.5 s, every user back the moment its
@@ -196,32 +227,20 @@ def test_a_burst_on_a_fresh_gateway_is_not_refused_for_what_its_first_streams_sa
     flight have turned over, and the rate then is the engine's."""
     p = policy(blocks=10_000, block_size=16, max_sequences=128, max_wait=30.0)
     tokens = 100 + 256
-    durations = random.Random(7)
-    ends: list[tuple[float, int, Reservation]] = []
-    order = itertools.count()
-
-    def admitted(now: float) -> None:
-        for _, reservation in admit_all(p, now):
-            end = now + durations.uniform(3.5, 4.5)
-            heapq.heappush(ends, (end, next(order), reservation))
+    streams = Streams(p, 3.5, 4.5, seed=7)
 
     def user_sends(now: float) -> None:
         add(p, waiter(tokens=tokens, at=now))  # QueueFull fails the test
-        admitted(now)
+        streams.admit(now)
 
     for _ in range(256):
         user_sends(0.0)
     assert p.queued == 128
-    now, first_cohort = 0.0, {id(r) for _, _, r in ends}
+    now, first_cohort = 0.0, streams.running()
     while now < 20.0:
         now = round(now + 0.05, 2)
-        ended = []
-        while ends and ends[0][0] <= now:
-            ended.append(heapq.heappop(ends)[2])
-        for reservation in ended:
-            p.release(reservation)
-            first_cohort.discard(id(reservation))
-        admitted(now)
+        ended = streams.end(now)
+        first_cohort -= {id(r) for r in ended}
         for _ in ended:
             user_sends(now + 0.002)
         if len(first_cohort) > 8:
@@ -240,16 +259,9 @@ def test_a_queue_at_the_deadlines_edge_is_not_refused_for_its_forecast() -> None
     all within about 5 s); sure only past a fifth more, nobody is."""
     p = policy(blocks=10_000, block_size=16, max_sequences=128, max_wait=5.0)
     tokens = 100 + 256
-    durations = random.Random(11)
-    ends: list[tuple[float, int, Reservation]] = []
-    order = itertools.count()
+    streams = Streams(p, 4.2, 5.0, seed=11)
     predicted: list[float] = []
     refusals = 0
-
-    def admitted(now: float) -> None:
-        for _, reservation in admit_all(p, now):
-            end = now + durations.uniform(4.2, 5.0)
-            heapq.heappush(ends, (end, next(order), reservation))
 
     def user_sends(now: float) -> bool:
         wait = p.forecast.wait("normal", tokens, "t")
@@ -259,20 +271,14 @@ def test_a_queue_at_the_deadlines_edge_is_not_refused_for_its_forecast() -> None
             add(p, waiter(tokens=tokens, at=now))
         except QueueFull:
             return False
-        admitted(now)
+        streams.admit(now)
         return True
 
     retries = sum(not user_sends(0.0) for _ in range(256))
     now = 0.0
     while now < 40.0:
         now = round(now + 0.05, 2)
-        ended = []
-        while ends and ends[0][0] <= now:
-            ended.append(heapq.heappop(ends)[2])
-        for reservation in ended:
-            p.release(reservation)
-        admitted(now)
-        sending, retries = len(ended) + retries, 0
+        sending, retries = len(streams.end(now)) + retries, 0
         for _ in range(sending):
             if not user_sends(now + 0.002):
                 refusals += 1
