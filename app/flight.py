@@ -216,7 +216,12 @@ class Flight:
         engine, path = self._hold.engine, self._engine_path
         with self.trace.engine_call(engine, path, len(self._tried)):
             self._upstream = await self._services.engine_client.open(
-                engine, path, job.upstream_body, record.engine_request_id, stream=job.stream
+                engine,
+                path,
+                job.upstream_body,
+                record.engine_request_id,
+                stream=job.stream,
+                content_type=job.upstream_type,
             )
             if job.stream:
                 await self._relay_stream()
@@ -262,7 +267,7 @@ class Flight:
         response = Response(
             content,
             status_code=upstream.status,
-            media_type="application/json",
+            media_type=upstream.content_type,
             headers=self._headers | dict(self._terms.headers),
         )
         await response(self._request.scope, self._request.receive, self._send)

@@ -26,11 +26,12 @@ from app.keys.quota import Charge, KeyQuota, tokens_used
 from app.owned_fields import CacheScope
 from app.record import RequestRecord
 from app.response_ids import Holder
+from app.routes import ROUTES
 from app.routing.prefix_key import prompt_keys
 from app.services import Services
 from app.settings import Settings
 from app.terms import AtEnd, EndListener, Terms
-from app.validation import CompletionJob, Limits, Route, check_request, read_json_body
+from app.validation import CompletionJob, Limits, Route, check_request, read_body
 
 
 async def serve_completion(request: Request, route: Route, services: Services, send: Send) -> None:
@@ -98,7 +99,9 @@ async def _receive(
     call is, to it, one that does not exist."""
     settings = services.settings
     with services.receiving.enter():
-        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout)
+        form = ROUTES[route].body == "form"
+        limit = settings.max_upload_bytes if form else settings.max_body_bytes
+        body = await read_body(request, route, limit, settings.body_timeout)
         record.enter("queued")
         if not services.engines.up:
             raise EngineUnavailable(
@@ -195,7 +198,8 @@ def _remembering(
 def _learning(job: CompletionJob, services: Services) -> EndListener | None:
     """Fit the prompt-token estimate to what the engine counts for one text prompt."""
     (prompt, *batch) = job.prompts
-    if batch or not prompt.text or job.history_tokens:
+    # An audio window's usage counts its audio too: nothing the text says.
+    if batch or not prompt.text or job.history_tokens or prompt.encoder:
         return None
 
     def learn_estimate(ended: RequestRecord) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from app.bodies import Parsed
+from app.bodies.audio import parse_audio
 from app.bodies.batch_chat import parse_batch_chat
 from app.bodies.completions import parse_chat, parse_completion
 from app.bodies.embeddings import parse_embedding
@@ -25,7 +26,7 @@ from app.bodies.responses import parse_responses
 from app.bodies.scoring import parse_rerank, parse_score
 from app.errors import ErrorShape
 
-__all__ = ["ROUTES", "ApiRoute", "Route", "StreamKind", "UsageNames", "route_at"]
+__all__ = ["ROUTES", "ApiRoute", "BodyFormat", "Route", "StreamKind", "UsageNames", "route_at"]
 
 # The admitted routes' names (the metrics' ``route`` label).
 Route = Literal[
@@ -35,6 +36,8 @@ Route = Literal[
     "responses",
     "messages",
     "embeddings",
+    "transcriptions",
+    "translations",
     "pooling",
     "classify",
     "score",
@@ -48,8 +51,13 @@ StreamKind = Literal["chunks", "responses", "messages"]
 # How the gateway counts a prompt's tokens: as a completion's text, as a
 # rendered chat, each as one of a batch of chats (the body with that
 # conversation's messages), or as the chat its body converts to
-# (``Parsed.tokenize_body``; without one, it is estimated).
-CountedAs = Literal["text", "chat", "chats", "converted_chat"]
+# (``Parsed.tokenize_body``; without one, it is estimated), or never: its
+# prompt is no text the engine tokenizes alone (an audio request's hint,
+# behind the model's own special tokens), so it is estimated.
+CountedAs = Literal["text", "chat", "chats", "converted_chat", "never"]
+# How its body comes: a JSON object, or a multipart form with a file
+# (``app.bodies.forms``), read within ``GATEWAY_MAX_UPLOAD_BYTES``.
+BodyFormat = Literal["json", "form"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ class ApiRoute:
     # Other paths vLLM serves it at: reached there too, and sent on to the
     # engine at the path the client asked for.
     aliases: tuple[str, ...]
+    body: BodyFormat
     parse: Callable[[dict[str, Any]], Parsed]
     # The body field a prompt comes in (the ``param`` of errors about it).
     prompt_param: str
@@ -99,6 +108,7 @@ _TABLE = (
         path="/v1/chat/completions",
         engine_path="/v1/chat/completions",
         aliases=(),
+        body="json",
         parse=parse_chat,
         prompt_param="messages",
         template_tokens=16.0,
@@ -114,6 +124,7 @@ _TABLE = (
         path="/v1/chat/completions/batch",
         engine_path="/v1/chat/completions/batch",
         aliases=(),
+        body="json",
         parse=parse_batch_chat,
         prompt_param="messages",
         template_tokens=16.0,
@@ -129,6 +140,7 @@ _TABLE = (
         path="/v1/completions",
         engine_path="/v1/completions",
         aliases=(),
+        body="json",
         parse=parse_completion,
         prompt_param="prompt",
         template_tokens=1.0,
@@ -144,6 +156,7 @@ _TABLE = (
         path="/v1/responses",
         engine_path="/v1/responses",
         aliases=(),
+        body="json",
         parse=parse_responses,
         prompt_param="input",
         template_tokens=16.0,
@@ -159,6 +172,7 @@ _TABLE = (
         path="/v1/messages",
         engine_path="/v1/messages",
         aliases=(),
+        body="json",
         parse=parse_messages,
         prompt_param="messages",
         template_tokens=16.0,
@@ -175,10 +189,53 @@ _TABLE = (
         errors="anthropic",
     ),
     ApiRoute(
+        name="transcriptions",
+        path="/v1/audio/transcriptions",
+        engine_path="/v1/audio/transcriptions",
+        aliases=(),
+        body="form",
+        parse=parse_audio,
+        prompt_param="file",
+        # Whisper's decoder prompt before the hint: start of transcript,
+        # language, task, no timestamps.
+        template_tokens=4.0,
+        counted_as="never",
+        # A streamed answer's usage chunk counts tokens (its prompt the
+        # audio's and the decoder's); a whole answer's counts seconds, which
+        # say nothing here: it pays its estimate (``app.keys.quota``).
+        usage=OPENAI_USAGE,
+        stream="chunks",
+        salted=False,
+        stored=False,
+        errors="openai",
+    ),
+    ApiRoute(
+        name="translations",
+        path="/v1/audio/translations",
+        engine_path="/v1/audio/translations",
+        aliases=(),
+        body="form",
+        parse=parse_audio,
+        prompt_param="file",
+        # Whisper's decoder prompt before the hint: start of transcript,
+        # language, task, no timestamps.
+        template_tokens=4.0,
+        counted_as="never",
+        # A streamed answer's usage chunk counts tokens (its prompt the
+        # audio's and the decoder's); a whole answer's counts seconds, which
+        # say nothing here: it pays its estimate (``app.keys.quota``).
+        usage=OPENAI_USAGE,
+        stream="chunks",
+        salted=False,
+        stored=False,
+        errors="openai",
+    ),
+    ApiRoute(
         name="pooling",
         path="/pooling",
         engine_path="/pooling",
         aliases=(),
+        body="json",
         parse=parse_pooling,
         prompt_param="input",
         template_tokens=1.0,
@@ -194,6 +251,7 @@ _TABLE = (
         path="/classify",
         engine_path="/classify",
         aliases=(),
+        body="json",
         parse=parse_classify,
         prompt_param="input",
         template_tokens=1.0,
@@ -209,6 +267,7 @@ _TABLE = (
         path="/score",
         engine_path="/score",
         aliases=("/v1/score",),
+        body="json",
         parse=parse_score,
         prompt_param="text_2",
         template_tokens=2.0,
@@ -224,6 +283,7 @@ _TABLE = (
         path="/rerank",
         engine_path="/rerank",
         aliases=("/v1/rerank", "/v2/rerank"),
+        body="json",
         parse=parse_rerank,
         prompt_param="documents",
         template_tokens=2.0,
@@ -239,6 +299,7 @@ _TABLE = (
         path="/v1/embeddings",
         engine_path="/v1/embeddings",
         aliases=(),
+        body="json",
         parse=parse_embedding,
         prompt_param="input",
         template_tokens=1.0,

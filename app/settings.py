@@ -106,6 +106,9 @@ class Settings(BaseSettings):
 
     # Request limits. The body must arrive within ``body_timeout`` seconds.
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # An audio route's form, its file included (vLLM's own limit on an audio
+    # file is 25 MB: VLLM_MAX_AUDIO_CLIP_FILESIZE_MB).
+    max_upload_bytes: int = Field(25 * 1024 * 1024, ge=1024)
     body_timeout: float = Field(30.0, gt=0)
     max_n: int = Field(16, ge=1)
     # Most prompts in one batch (`prompt` as a list on /v1/completions).

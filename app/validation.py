@@ -19,6 +19,7 @@ import anyio
 from starlette.requests import ClientDisconnect, Request
 
 from app.bodies import Parsed, Prompt
+from app.bodies.forms import encode_form, read_form
 from app.errors import (
     BodyTimeout,
     BodyTooLarge,
@@ -37,6 +38,7 @@ __all__ = [
     "Prompt",
     "Route",
     "check_request",
+    "read_body",
     "read_json_body",
 ]
 
@@ -81,6 +83,8 @@ class CompletionJob:
     # Tokens the engine puts before the prompt (a continued response's
     # earlier turns), counted on top of it.
     history_tokens: int = 0
+    # The media type of ``upstream_body`` (a form's names its boundary).
+    upstream_type: str = "application/json"
 
     @property
     def sequences(self) -> int:
@@ -89,14 +93,48 @@ class CompletionJob:
         return len(self.prompts) * self.n
 
 
+async def read_body(request: Request, route: Route, limit: int, timeout: float) -> dict[str, Any]:
+    """The request's body as its route takes it (a JSON object, or a form's
+    fields), read within ``timeout`` seconds and ``limit`` bytes."""
+    if ROUTES[route].body == "form":
+        content_type = request.headers.get("content-type") or ""
+        if _media(content_type) != "multipart/form-data":
+            shown = _media(content_type) or "none"
+            raise UnsupportedMediaType(
+                f"Content-Type {shown!r} is not a form; send multipart/form-data"
+            )
+        raw = await _read_bounded(request, limit, timeout)
+        if not raw.strip():
+            raise InvalidRequest("the request body is empty; send a multipart form")
+        return await read_form(raw, content_type)
+    return await read_json_body(request, limit, timeout)
+
+
 async def read_json_body(request: Request, limit: int, timeout: float) -> dict[str, Any]:
     """The request's JSON object, read within ``timeout`` seconds and
-    ``limit`` bytes (counted as they arrive: Content-Length may lie)."""
+    ``limit`` bytes."""
     content_type = request.headers.get("content-type")
     if content_type is not None and not _is_json(content_type):
         raise UnsupportedMediaType(
             f"Content-Type {content_type.split(';')[0]!r} is not JSON; send application/json"
         )
+    raw = await _read_bounded(request, limit, timeout)
+    if not raw.strip():
+        raise InvalidRequest("the request body is empty; send a JSON object")
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequest("the request body is nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    return body
+
+
+async def _read_bounded(request: Request, limit: int, timeout: float) -> bytes:
+    """The body's bytes, within ``timeout`` seconds and ``limit`` bytes
+    (counted as they arrive: Content-Length may lie)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BodyTooLarge(f"request body is larger than {limit} bytes")
@@ -113,22 +151,15 @@ async def read_json_body(request: Request, limit: int, timeout: float) -> dict[s
         raise ClientDisconnected from None
     except TimeoutError:
         raise BodyTimeout(f"the request body was not received within {timeout:g}s") from None
-    raw = b"".join(parts)
-    if not raw.strip():
-        raise InvalidRequest("the request body is empty; send a JSON object")
-    try:
-        body = json.loads(raw)
-    except RecursionError:
-        raise InvalidRequest("the request body is nested too deeply") from None
-    except ValueError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InvalidRequest("the request body must be a JSON object")
-    return body
+    return b"".join(parts)
+
+
+def _media(content_type: str) -> str:
+    return content_type.split(";")[0].strip().lower()
 
 
 def _is_json(content_type: str) -> bool:
-    media = content_type.split(";")[0].strip().lower()
+    media = _media(content_type)
     return media == "application/json" or media.endswith("+json")
 
 
@@ -187,9 +218,11 @@ def check_request(
     upstream, salt = owned_body(body, cache_scope, salted=api.salted, request_id=response_id)
     # A stream of OpenAI's chunks can carry usage: the final chunk's, each chunk's.
     chunked = parsed.stream and api.stream == "chunks"
-    forward_chunk_usage = chunked and parsed.wants_usage and _continuous(body)
+    form = api.body == "form"
+    forward_chunk_usage = chunked and parsed.wants_usage and _continuous(body, form)
     if chunked:
-        upstream = _with_usage(upstream, parsed, exact_usage)
+        upstream = (_form_with_usage if form else _with_usage)(upstream, parsed, exact_usage)
+    encoded, media_type = encode_form(upstream) if form else (_encode(upstream), "application/json")
     return CompletionJob(
         route=route,
         model=parsed.model,
@@ -199,7 +232,8 @@ def check_request(
         wants_usage=parsed.wants_usage,
         prompts=prompts,
         max_model_len=max_model_len,
-        upstream_body=_encode(upstream),
+        upstream_body=encoded,
+        upstream_type=media_type,
         cache_salt=salt,
         generates=parsed.generates,
         chunk_usage=forward_chunk_usage or (chunked and exact_usage),
@@ -228,9 +262,19 @@ def _check_token_ids_fit(
         )
 
 
-def _continuous(body: dict[str, Any]) -> bool:
+def _continuous(body: dict[str, Any], form: bool) -> bool:
+    if form:
+        return _form_true(body.get("stream_continuous_usage_stats"))
     options = body.get("stream_options")
     return isinstance(options, dict) and options.get("continuous_usage_stats") is True
+
+
+# A form's true, as vLLM reads its boolean fields (pydantic's lax booleans).
+_FORM_TRUE = frozenset({"true", "1", "on", "yes", "t", "y"})
+
+
+def _form_true(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() in _FORM_TRUE
 
 
 def _with_usage(body: dict[str, Any], parsed: Parsed, exact: bool) -> dict[str, Any]:
@@ -251,6 +295,19 @@ def _with_usage(body: dict[str, Any], parsed: Parsed, exact: bool) -> dict[str, 
     if exact:
         options["continuous_usage_stats"] = True
     return {**body, "stream_options": options}
+
+
+def _form_with_usage(fields: dict[str, Any], parsed: Parsed, exact: bool) -> dict[str, Any]:
+    """``_with_usage`` for a form's stream, whose fields name it at the top
+    level (vLLM's ``stream_include_usage``, ``stream_continuous_usage_stats``)."""
+    if parsed.wants_usage and not exact:
+        return fields
+    fields = {**fields, "stream_include_usage": "true"}
+    if exact:
+        fields["stream_continuous_usage_stats"] = "true"
+    elif not parsed.wants_usage:
+        fields["stream_continuous_usage_stats"] = "false"
+    return fields
 
 
 def _encode(body: dict[str, Any]) -> bytes:

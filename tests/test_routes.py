@@ -14,7 +14,8 @@ from app.main import create_app
 from app.routes import ROUTES, ApiRoute, indexed
 from app.settings import Settings
 from tests.support.asgi import in_process_gateway
-from tests.support.scripted_engine import MODEL
+from tests.support.audio import audio_form
+from tests.support.scripted_engine import MODEL, ScriptedEngine
 
 # A small body for each admitted route: a route added to the table without
 # one here fails below.
@@ -33,6 +34,9 @@ BODIES: dict[str, dict[str, Any]] = {
     "classify": {"model": MODEL, "input": ["hi", "yo"]},
     "score": {"model": MODEL, "text_1": "hi", "text_2": ["yo", "ho"]},
     "rerank": {"model": MODEL, "query": "hi", "documents": ["yo", "ho"]},
+    # The audio routes' forms (``audio_form``): their fields beside the file.
+    "transcriptions": {"language": "en", "max_completion_tokens": "4"},
+    "translations": {"max_completion_tokens": "4"},
 }
 
 # vLLM 0.32's routes that the gateway does not admit, on purpose: prompt
@@ -65,21 +69,23 @@ NOT_ADMITTED = (
     "/server_info",
     "/invocations",
 )
-# vLLM's routes the gateway answers with a 501 that says why: the audio
-# uploads (not admitted yet) and realtime transcription (a WebSocket).
-NOT_RELAYED = (
-    "/v1/audio/transcriptions",
-    "/v1/audio/translations",
-    "/v1/realtime",
-)
+# vLLM's routes the gateway answers with a 501 that says why: realtime
+# transcription (a WebSocket session).
+NOT_RELAYED = ("/v1/realtime",)
 
 
 @pytest.mark.parametrize("route", ROUTES.values(), ids=lambda route: route.name)
 async def test_each_route_is_reached_at_its_path_and_counted_under_its_name(
     route: ApiRoute,
 ) -> None:
-    async with in_process_gateway() as gateway:
-        exchange = gateway.request(route.path, BODIES[route.name])
+    # An audio window holds 1,500 encoder positions: blocks of 128 hold one.
+    engine = ScriptedEngine(block_size=128 if route.body == "form" else 16)
+    async with in_process_gateway(engine) as gateway:
+        if route.body == "form":
+            form, headers = audio_form(MODEL, **BODIES[route.name])
+            exchange = gateway.request(route.path, form, headers=headers)
+        else:
+            exchange = gateway.request(route.path, BODIES[route.name])
         call = await gateway.engine.calls.get()
         assert call.path == route.engine_path
         usage = {route.usage.prompt[0]: 7, route.usage.output: 3}

@@ -54,8 +54,8 @@ def demand_of(job: CompletionJob, estimator: PromptTokenEstimator) -> Demand:
         output = 0
         if job.generates:
             output = job.max_tokens or max(1, (job.max_model_len or tokens + 1) - tokens)
-        seq_tokens.append(tokens + output)
-        prompt_total += tokens
+        seq_tokens.append(prompt.encoder + tokens + output)
+        prompt_total += prompt.encoder + tokens
     return Demand(seq_tokens=tuple(seq_tokens), n=job.n, prompt_tokens=prompt_total)
 
 
@@ -83,7 +83,15 @@ def refuse_if_it_can_never_fit(
         return
 
     def smallest(block_size: int) -> int:
-        return sum(math.ceil((tokens + job.generates) / block_size) for tokens in certain) * job.n
+        # An encoder's positions are cached in blocks of their own.
+        return (
+            sum(
+                math.ceil((tokens + job.generates) / block_size)
+                + math.ceil(prompt.encoder / block_size)
+                for tokens, prompt in zip(certain, job.prompts, strict=True)
+            )
+            * job.n
+        )
 
     if all(smallest(block_size) > blocks for blocks, block_size in caches):
         blocks, block_size = max(caches, key=lambda cache: cache[0] * cache[1])

@@ -1,6 +1,5 @@
-"""The ASGI entry point: the admitted API routes (chat and completions, the
-Responses API, embeddings) go straight to the pipeline; everything else
-goes through FastAPI.
+"""The ASGI entry point: the admitted API routes (``app.routes``) go straight
+to the pipeline; everything else goes through FastAPI.
 
 Every ASGI message a route sends passes through the send wrapper of each
 layer around it: Starlette's server-error and exception middleware, the
@@ -14,9 +13,10 @@ paths) to FastAPI.
 
 vLLM's routes the gateway does not relay are answered with a 501 that says
 why (``NOT_RELAYED``): its realtime transcription is a WebSocket session on a
-speech model, whose audio the gateway cannot count or bound as it does a
-request (a handshake there is denied with the same 501), and its audio
-uploads are not admitted yet.
+realtime speech model, audio appended for as long as the session lasts, whose
+demand the gateway cannot know when it admits it nor bound as it bounds a
+request (a handshake there is denied with the same 501). Uploaded audio is
+served (``/v1/audio/transcriptions`` and ``/translations``).
 """
 
 from typing import Any
@@ -35,9 +35,8 @@ from app.services import Services
 
 NOT_RELAYED = {
     "/v1/realtime": "vLLM's realtime transcription (a WebSocket session on a realtime speech"
-    " model) is not relayed by the gateway: connect to the engine for it",
-    "/v1/audio/transcriptions": "audio transcription is not served through the gateway yet",
-    "/v1/audio/translations": "audio translation is not served through the gateway yet",
+    " model) is not relayed by the gateway: connect to the engine for it, or upload the"
+    " audio to /v1/audio/transcriptions",
 }
 
 

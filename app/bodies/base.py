@@ -18,10 +18,14 @@ from app.errors import InvalidRequest
 @dataclass(frozen=True)
 class Prompt:
     """One prompt of a request: its text, and its token ids once known (given
-    as ids by the client, or counted); without ids its tokens are estimated."""
+    as ids by the client, or counted); without ids its tokens are estimated.
+    ``encoder``: the positions an encoder's output takes in the engine's
+    cache beside the prompt, which the decoder reads through cross-attention
+    (an audio window's); they are not part of the decoder's context."""
 
     text: str = ""
     ids: tuple[int, ...] = ()
+    encoder: int = 0
 
     @property
     def counted(self) -> int:

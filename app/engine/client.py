@@ -87,6 +87,9 @@ class EngineResponse:
         self._client = client
         self._engine = engine
         self.status = response.status
+        # Its media type as the engine said it (a transcription as text is
+        # text/plain; everything else JSON).
+        self.content_type = response.headers.get("content-type", "application/json")
         self._closed = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -163,6 +166,7 @@ class EngineClient:
         *,
         stream: bool,
         timeout: float | None = None,
+        content_type: str = "application/json",
     ) -> EngineResponse:
         """Send a request and return once the engine's response headers are in.
 
@@ -172,7 +176,7 @@ class EngineClient:
         (else the streaming or non-streaming idle limit).
         """
         post = self._http().post
-        headers = {"content-type": "application/json", "x-request-id": request_id}
+        headers = {"content-type": content_type, "x-request-id": request_id}
         _TRACE_CONTEXT.inject(headers)
         limits = self._stream_timeout if stream else self._non_stream_timeout
         if timeout is not None:

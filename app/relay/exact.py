@@ -27,7 +27,8 @@ from app.relay.usage import usage_counts
 from app.routes import UsageNames
 
 _CHUNK_USAGE = b',"usage":{'
-_CHOICE = re.compile(rb'"choices":\[\{"index":(\d+)')
+# A content chunk's choice; a transcription's has no index (it has one).
+_CHOICE = re.compile(rb'"choices":\[\{(?:"index":(\d+))?')
 
 
 class ExactUsageRelay(StreamRelay):
@@ -61,7 +62,7 @@ class ExactUsageRelay(StreamRelay):
             if end < 0:
                 kept.append(event)
                 continue
-            self._seen[int(choice.group(1))] = event[opening:end]
+            self._seen[int(choice.group(1) or 0)] = event[opening:end]
             if not self._forward_chunk_usage:
                 event = event[:start] + event[end:]
             kept.append(event)

@@ -82,6 +82,9 @@ class PromptCounter:
         if all(prompt.ids for prompt in job.prompts):
             return job
         counted_as = ROUTES[job.route].counted_as
+        if counted_as == "never":
+            self._counted.labels("estimate").inc(len(job.prompts))
+            return job
         if counted_as == "converted_chat":
             if job.tokenize_body is None:
                 self._counted.labels("estimate").inc()

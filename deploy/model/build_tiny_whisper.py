@@ -9,12 +9,11 @@ tiny model's byte-level BPE with those special tokens added. The feature
 extractor computes its mel filters itself (80 bins, 16 kHz, 30 s windows:
 1,500 encoder positions). One encoder and one decoder layer of width 64.
 
-Checked by hand on vLLM 0.32's CPU build, with the ``audio`` extra's
-packages in the engine's environment (av, scipy, soundfile, soxr): the
-engine starts (``Supported tasks: ['transcription']``) and answers a 2 s
-tone with text, its usage in seconds, streamed as ``transcription.chunk``
-events ending in ``[DONE]``. Not yet built by ``make setup`` nor used by
-the tests.
+On vLLM 0.32's CPU build, with the ``audio`` extra's packages in the
+engine's environment (av, scipy, soundfile, soxr: ``make setup`` installs
+them and builds this model), the engine starts (``Supported tasks:
+['transcription']``) and answers uploads, streamed or not: the audio
+routes' tests (tests/e2e/test_audio.py) run against it. Its words are noise.
 
     .venv-engine/bin/python deploy/model/build_tiny_whisper.py \\
         --base .models/tiny --out .models/tiny-whisper

@@ -90,23 +90,32 @@ async def leave_before_the_first_token(
 
 
 async def leave_while_queued_and_running(
-    engine: Engine, gateway: Gateway, path: str, body: dict[str, Any], key: str
+    engine: Engine,
+    gateway: Gateway,
+    path: str,
+    body: dict[str, Any] | tuple[bytes, dict[str, str]],
+    key: str,
 ) -> None:
     """A request that does not stream (an embedding, a classification, a
-    score): the engine's server is stopped (SIGSTOP), so one request stays in
-    flight and the next waits in the gateway's queue (the gateway runs one
-    sequence at a time); each client leaves where its request is, and each
-    leaving is counted in its phase with nothing left held. The engine is
-    started again (SIGCONT) whatever happens."""
+    score, a transcription): the engine's server is stopped (SIGSTOP), so one
+    request stays in flight and the next waits in the gateway's queue (the
+    gateway runs one sequence at a time); each client leaves where its
+    request is, and each leaving is counted in its phase with nothing left
+    held. The engine is started again (SIGCONT) whatever happens. ``body``: a
+    JSON object, or a form's bytes and its headers."""
     phases = ("queued", "non_streaming")
     before = {phase: cancels(gateway, phase) for phase in phases}
+    headers = {"authorization": f"Bearer {key}"}
+    if isinstance(body, tuple):
+        sent: dict[str, Any] = {"content": body[0], "headers": {**headers, **body[1]}}
+    else:
+        sent = {"json": body, "headers": headers}
     os.kill(engine.process.pid, signal.SIGSTOP)
     try:
         async with httpx.AsyncClient(base_url=gateway.url, timeout=60) as http:
-            headers = {"authorization": f"Bearer {key}"}
-            running = asyncio.create_task(http.post(path, json=body, headers=headers))
+            running = asyncio.create_task(http.post(path, **sent))
             assert await wait_for(lambda: gateway.metric("gateway_requests_in_flight") == 1, 30)
-            queued = asyncio.create_task(http.post(path, json=body, headers=headers))
+            queued = asyncio.create_task(http.post(path, **sent))
             assert await wait_for(lambda: gateway.metric("gateway_queue_depth") == 1, 30)
             for task in (queued, running):
                 task.cancel()

@@ -21,6 +21,8 @@ import struct
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from email.parser import BytesParser
+from email.policy import HTTP
 from types import TracebackType
 from typing import Any, NoReturn
 
@@ -63,6 +65,20 @@ class _Drop:
 
 _STREAM = object()
 _END = object()
+
+
+def _form(content_type: str, raw: bytes) -> dict[str, Any]:
+    """A form's fields as vLLM reads them: text, and a file's bytes (read
+    with the standard library's MIME parser, not the gateway's)."""
+    message = BytesParser(policy=HTTP).parsebytes(
+        f"Content-Type: {content_type}\r\n\r\n".encode() + raw
+    )
+    fields: dict[str, Any] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        # A field's text as str, a file's bytes as bytes (its media type's).
+        fields[str(name)] = part.get_content()
+    return fields
 
 
 @dataclass(eq=False)
@@ -287,7 +303,11 @@ class ScriptedEngine:
         call = EngineCall(
             request.path,
             request.headers,
-            json.loads(raw) if raw else {},
+            _form(request.headers["content-type"], raw)
+            if request.content_type == "multipart/form-data"
+            else json.loads(raw)
+            if raw
+            else {},
             self._requests_on[request.protocol] > 1,
             request.method,
         )
