@@ -61,6 +61,11 @@ class FleetState:
         # Queued writes are dropped when Redis goes down: so is what they
         # would have given back (the next heartbeat writes the truth).
         self._epoch = 0
+        # The engines where Redis may count something this replica holds
+        # (a hold made there, a heartbeat that wrote it holding something):
+        # the next heartbeat writes them, if only to say it holds nothing.
+        # Kept while Redis is down: what it kept of them is written off then.
+        self._in_pools: set[str] = set()
         shared.on_change(self._dropped)
 
     def _dropped(self, up: bool) -> None:
@@ -102,6 +107,8 @@ class FleetState:
         args += [rival for rival in rivals if rival != name]
         answer = await shared.call(lambda _: self._hold(keys=keys, args=args))
         ok, blocks, sequences, requests, served, vtime = answer[:6]
+        if int(ok) == 1:
+            self._in_pools.add(engine)
         fleet = (int(blocks), int(sequences), int(requests))
         starts = None
         if int(ok) == 3:
@@ -155,18 +162,39 @@ class FleetState:
 
         shared.send(write)
 
-    async def heartbeat(self, holdings: dict[str, Holding]) -> dict[str, Holding]:
-        """Write what this replica holds on each engine (and what it gave
-        back there that Redis has not been told yet); the fleet's totals."""
+    async def heartbeat(self, holdings: Mapping[str, Holding]) -> dict[str, Holding]:
+        """Renew this replica's lease, write what it holds on each engine
+        (and what it gave back there that Redis has not been told yet); the
+        fleet's totals on each.
+
+        Written are only the engines where the replica holds something, or
+        where Redis may still count something of it (a hold made there since,
+        or a heartbeat that wrote it holding something): on the others there
+        is nothing to write, and the heartbeat only reads the total, after
+        taking out what lapsed replicas held there. So its writes grow with
+        what the replica holds, not with the fleet's engines."""
         shared = self._shared
-        engines = list(holdings)
+        written: dict[str, list[int]] = {}
+        read: list[str] = []
+        for engine, held in holdings.items():
+            pending = self._pending.get(engine, (0, 0, 0))
+            truth = [h + gone for h, gone in zip(held, pending, strict=True)]
+            if any(truth) or engine in self._in_pools:
+                written[engine] = truth
+            else:
+                read.append(engine)
+        engines = [*written, *read]
         keys = layout.fleet_state() + [k for e in engines for k in layout.engine(e)]
         args: list[str | int] = [shared.replica, shared.lease_ms]
-        for engine in engines:
-            pending = self._pending.get(engine, (0, 0, 0))
-            args += [held + gone for held, gone in zip(holdings[engine], pending, strict=True)]
+        for truth in written.values():
+            args += truth
         answer = await self._beat(keys=keys, args=args)
         shared.replicas = max(1, int(answer[0]))
+        for engine, truth in written.items():
+            if any(truth):
+                self._in_pools.add(engine)
+            else:
+                self._in_pools.discard(engine)
         totals = [int(x) for x in answer[1:]]
         return {
             e: (totals[3 * i], totals[3 * i + 1], totals[3 * i + 2]) for i, e in enumerate(engines)

@@ -138,11 +138,17 @@ return 1
 """
 )
 
-# KEYS: keys.fleet_state(), then each engine's pool (keys.engine)
-# ARGV: replica, lease_ms, then for each engine its held blocks, sequences,
-#       requests (what this replica holds: the truth, written over the mirror)
-# Renews the lease, writes the replica's holdings, and returns the number of
-# live replicas and the fleet's totals per engine.
+# KEYS: keys.fleet_state(), then the pools (keys.engine) of the engines
+#       written, then of the engines read
+# ARGV: replica, lease_ms, then for each engine written its held blocks,
+#       sequences, requests (what this replica holds: the truth, written
+#       over the mirror)
+# Renews the lease, writes the replica's holdings where it holds something
+# (or held something), takes out what lapsed replicas held on every engine
+# named (and drops what lapsed long ago), and returns the number of live
+# replicas and the fleet's totals per engine (those written, then those
+# read). An engine read costs two range queries and a read; one written,
+# its writes besides.
 HEARTBEAT = (
     PRELUDE
     + """
@@ -155,13 +161,20 @@ fleet_reclaim(f, now)
 fleet_forget(f, now)
 local out = {redis.call('ZCARD', f.alive)}
 local first = 3 + 4 * CLASSES
+local written = (#ARGV - 2) / 3
 for e = 0, (#KEYS - first + 1) / 3 - 1 do
   local p = pool_at(first + 3 * e, 3)
   pool_reclaim(p, now)
   pool_forget(p, now)
-  local a = 3 + 3 * e
-  local v = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])}
-  for _, x in ipairs(pool_set(p, replica, v, deadline)) do out[#out + 1] = x end
+  local total
+  if e < written then
+    local a = 3 + 3 * e
+    local v = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])}
+    total = pool_set(p, replica, v, deadline)
+  else
+    total = counts(redis.call('HGET', p.held, ''), p.n)
+  end
+  for _, x in ipairs(total) do out[#out + 1] = x end
 end
 return out
 """

@@ -117,6 +117,69 @@ async def test_a_heartbeat_runs_as_many_redis_commands_at_48_replicas_as_at_4(
     assert await heartbeat_cost(redis, 48) == small
 
 
+# What writes in Redis, of what a script runs.
+WRITES = {"HSET", "HDEL", "HINCRBY", "ZADD", "ZREM"}
+
+
+def writes(ran: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    return [(name, args) for name, args in ran if name.upper() in WRITES]
+
+
+async def test_a_heartbeat_writes_only_where_the_replica_holds_something(
+    redis: RedisServer,
+) -> None:
+    """Beside the engine it holds on, 63 it holds nothing on: the heartbeat
+    writes as it does with that one engine alone (it reads the others)."""
+    async with replicas_of(redis, 2, LONG) as replicas:
+        first, second = (FleetState(one) for one in replicas)
+        assert (await second.hold("e63", (5, 1, 1), (None, 100), ("normal", "t", 1))).ok
+        assert (await first.hold("e0", (4, 1, 1), (None, 100), ("normal", "t", 1))).ok
+        alone = await commands_run(redis, lambda: first.heartbeat({"e0": (4, 1, 1)}))
+        fleet = {f"e{i}": (0, 0, 0) for i in range(64)} | {"e0": (4, 1, 1)}
+        totals: dict[str, tuple[int, int, int]] = {}
+
+        async def beat() -> None:
+            totals.update(await first.heartbeat(fleet))
+
+        beside = await commands_run(redis, beat)
+        assert writes(beside) == writes(alone)
+        # What it does not write, it reads: the others' holdings too.
+        assert totals["e63"] == (5, 1, 1)
+        assert totals["e0"] == (4, 1, 1)
+
+
+async def test_what_a_replica_held_is_written_off_once_then_only_read(
+    redis: RedisServer,
+) -> None:
+    async with replicas_of(redis, 2, LONG) as replicas:
+        first, second = (FleetState(one) for one in replicas)
+        assert (await first.hold("e", (10, 1, 1), (None, 100), ("normal", "t", 1))).ok
+        # It gave the blocks back and Redis was not told (a release lost):
+        # the heartbeat writes that it holds nothing there.
+        assert (await first.heartbeat({"e": (0, 0, 0)}))["e"] == (0, 0, 0)
+        assert (await second.hold("e", (0, 0, 0), (None, 100), ("normal", "t", 0))).blocks == 0
+        # Then nothing of it is in Redis: the next only reads.
+        again = await commands_run(redis, lambda: first.heartbeat({"e": (0, 0, 0)}))
+        nothing = await commands_run(redis, lambda: first.heartbeat({}))
+        assert writes(again) == writes(nothing)
+
+
+async def test_a_dead_replicas_holdings_come_back_in_a_heartbeat_that_only_reads(
+    redis: RedisServer,
+) -> None:
+    async with replicas_of(redis, 2, lease=1.0) as replicas:
+        first, second = (FleetState(one) for one in replicas)
+        assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
+
+        # The first replica dies; the second holds nothing on the engine, so
+        # its heartbeats only read it: they take the dead one's part out.
+        async def gone() -> bool:
+            return (await second.heartbeat({"e": (0, 0, 0)}))["e"] == (0, 0, 0)
+
+        assert not await gone()
+        assert await wait_for(gone, timeout=30)
+
+
 async def test_a_dead_replicas_holdings_come_back_on_the_admission_path(
     redis: RedisServer,
 ) -> None:
