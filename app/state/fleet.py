@@ -12,6 +12,8 @@ from app.state.redis import SharedRedis
 
 # What one replica holds on one engine: blocks, sequences, requests.
 Holding = tuple[int, int, int]
+# Heartbeats run every third of the lease: every third one sweeps.
+SWEEP_EVERY = 3
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class FleetState:
         # the next heartbeat writes them, if only to say it holds nothing.
         # Kept while Redis is down: what it kept of them is written off then.
         self._in_pools: set[str] = set()
+        self._beats = 0
         shared.on_change(self._dropped)
 
     def _dropped(self, up: bool) -> None:
@@ -170,9 +173,10 @@ class FleetState:
         Written are only the engines where the replica holds something, or
         where Redis may still count something of it (a hold made there since,
         or a heartbeat that wrote it holding something): on the others there
-        is nothing to write, and the heartbeat only reads the total, after
-        taking out what lapsed replicas held there. So its writes grow with
-        what the replica holds, not with the fleet's engines."""
+        is nothing to write, and the heartbeat only reads the total (once a
+        lease, after taking out what lapsed replicas held there). So its
+        writes grow with what the replica holds, not with the fleet's
+        engines, and each engine it only reads costs one read."""
         shared = self._shared
         written: dict[str, list[int]] = {}
         read: list[str] = []
@@ -184,8 +188,15 @@ class FleetState:
             else:
                 read.append(engine)
         engines = [*written, *read]
-        keys = layout.fleet_state() + [k for e in engines for k in layout.engine(e)]
-        args: list[str | int] = [shared.replica, shared.lease_ms]
+        # One heartbeat in SWEEP_EVERY (once a lease) also takes lapsed
+        # replicas out of the engines it only reads: where no live replica
+        # holds anything, nobody else would, and a dead one's part would
+        # keep the engine looking full. The others read one key of each.
+        self._beats += 1
+        sweep = int(self._beats % SWEEP_EVERY == 0)
+        keys = layout.fleet_state() + [k for e in written for k in layout.engine(e)]
+        keys += [k for e in read for k in (layout.engine(e) if sweep else layout.engine(e)[:1])]
+        args: list[str | int] = [shared.replica, shared.lease_ms, sweep]
         for truth in written.values():
             args += truth
         answer = await self._beat(keys=keys, args=args)

@@ -139,16 +139,16 @@ return 1
 )
 
 # KEYS: keys.fleet_state(), then the pools (keys.engine) of the engines
-#       written, then of the engines read
-# ARGV: replica, lease_ms, then for each engine written its held blocks,
-#       sequences, requests (what this replica holds: the truth, written
-#       over the mirror)
+#       written, then of the engines read (on a sweep; else only the first
+#       key of each, its holdings)
+# ARGV: replica, lease_ms, sweep (1: take lapsed replicas out of the engines
+#       read too), then for each engine written its held blocks, sequences,
+#       requests (what this replica holds: the truth, written over the mirror)
 # Renews the lease, writes the replica's holdings where it holds something
-# (or held something), takes out what lapsed replicas held on every engine
-# named (and drops what lapsed long ago), and returns the number of live
-# replicas and the fleet's totals per engine (those written, then those
-# read). An engine read costs two range queries and a read; one written,
-# its writes besides.
+# (or held something), and returns the number of live replicas and the
+# fleet's totals per engine (those written, then those read). An engine
+# written is first rid of what lapsed replicas held there (and of what
+# lapsed long ago); one read is, on a sweep; else it costs one read.
 HEARTBEAT = (
     PRELUDE
     + """
@@ -161,20 +161,28 @@ fleet_reclaim(f, now)
 fleet_forget(f, now)
 local out = {redis.call('ZCARD', f.alive)}
 local first = 3 + 4 * CLASSES
-local written = (#ARGV - 2) / 3
-for e = 0, (#KEYS - first + 1) / 3 - 1 do
+local written = (#ARGV - 3) / 3
+local sweep = ARGV[3] == '1'
+local function add(total)
+  for _, x in ipairs(total) do out[#out + 1] = x end
+end
+for e = 0, written - 1 do
   local p = pool_at(first + 3 * e, 3)
   pool_reclaim(p, now)
   pool_forget(p, now)
-  local total
-  if e < written then
-    local a = 3 + 3 * e
-    local v = {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])}
-    total = pool_set(p, replica, v, deadline)
-  else
-    total = counts(redis.call('HGET', p.held, ''), p.n)
+  local a = 4 + 3 * e
+  add(pool_set(p, replica, {tonumber(ARGV[a]), tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])},
+    deadline))
+end
+-- The engines read: each its pool's three keys on a sweep, else its holdings' key.
+local step = sweep and 3 or 1
+for k = first + 3 * written, #KEYS, step do
+  if sweep then
+    local p = pool_at(k, 3)
+    pool_reclaim(p, now)
+    pool_forget(p, now)
   end
-  for _, x in ipairs(total) do out[#out + 1] = x end
+  add(counts(redis.call('HGET', KEYS[k], ''), 3))
 end
 return out
 """
