@@ -24,6 +24,7 @@ from app.response_ids import ResponseHolders, Responses
 from app.routing.router import Router
 from app.routing.setup import build_router
 from app.settings import Settings
+from app.state.address import redis_address
 from app.state.base import LimitStore
 from app.state.fleet import FleetState
 from app.state.local import LocalLimits
@@ -67,10 +68,9 @@ def build_services(settings: Settings, drain: Drain) -> Services:
     estimator = PromptTokenEstimator()
     router = build_router(settings, engines.kv_indexes)
     shared = fleet = None
-    if settings.redis_url is not None:
-        shared = SharedRedis(
-            settings.redis_url, settings.redis_lease_seconds, settings.redis_timeout
-        )
+    address = redis_address(settings)
+    if address is not None:
+        shared = SharedRedis(address, settings.redis_lease_seconds, settings.redis_timeout)
         fleet = FleetState(shared)
         shared_up = metrics.track_shared_state()
         shared_up.set(0)

@@ -187,6 +187,15 @@ class Settings(BaseSettings):
     # Reservations are held under a lease of ``redis_lease_seconds``, renewed
     # at a third of it: a replica that dies without a drain loses them then.
     redis_url: str | None = None
+    # Or a primary that Redis Sentinel watches and fails over to a replica:
+    # the sentinels (``host:port``, comma-separated), the name they monitor
+    # it under, the data nodes' password and the sentinels' own
+    # (app/state/address.py). Set, it takes the place of ``redis_url`` (as
+    # ``upstream_urls`` takes ``upstream_url``'s: compose sets a URL).
+    redis_sentinels: str | None = None
+    redis_sentinel_service: str = "mymaster"
+    redis_password: SecretStr | None = None
+    redis_sentinel_password: SecretStr | None = None
     redis_lease_seconds: float = Field(5.0, gt=0)
     redis_timeout: float = Field(0.5, gt=0)
 
@@ -219,12 +228,41 @@ class Settings(BaseSettings):
         return self.prompt_tokens
 
     @model_validator(mode="after")
+    def _sentinels_given(self) -> "Settings":
+        if self.redis_sentinels is not None:
+            sentinel_nodes(self.redis_sentinels)
+        elif self.redis_password is not None or self.redis_sentinel_password is not None:
+            raise ValueError(
+                "GATEWAY_REDIS_PASSWORD and GATEWAY_REDIS_SENTINEL_PASSWORD go with "
+                "GATEWAY_REDIS_SENTINELS (a GATEWAY_REDIS_URL carries its own password)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _grace_fits_in_shutdown(self) -> "Settings":
         if self.drain_grace_seconds >= self.shutdown_timeout:
             raise ValueError(
                 "GATEWAY_DRAIN_GRACE_SECONDS must be shorter than GATEWAY_SHUTDOWN_TIMEOUT"
             )
         return self
+
+
+def sentinel_nodes(text: str) -> tuple[tuple[str, int], ...]:
+    """``host:port,host:port`` (``[v6]:port`` for an IPv6 address) as
+    pairs; ``ValueError`` naming the entry that is not one."""
+    nodes = []
+    for entry in (part.strip() for part in text.split(",")):
+        try:
+            parts = urlsplit(f"//{entry}")
+            node = (parts.hostname, parts.port)
+            plain = not parts.path and parts.username is None
+        except ValueError:  # a port out of range or not a number
+            node, plain = (None, None), False
+        host, port = node
+        if not (host and port is not None and plain):
+            raise ValueError(f"GATEWAY_REDIS_SENTINELS: {entry!r} is not a sentinel's host:port")
+        nodes.append((host, port))
+    return tuple(nodes)
 
 
 @lru_cache

@@ -20,10 +20,11 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
+
+from app.state.address import RedisAddress, connect, shown
 
 log = logging.getLogger("gateway.state")
 
@@ -44,11 +45,9 @@ def raise_if_cancelled() -> None:
 
 
 class SharedRedis:
-    def __init__(self, url: str, lease: float, timeout: float) -> None:
-        self.client = redis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
-        self.url = url
+    def __init__(self, address: RedisAddress, lease: float, timeout: float) -> None:
+        self.client, self._close = connect(address, timeout)
+        self.address = address
         self.lease_ms = int(lease * 1000)
         self.timeout = timeout
         self.replica = uuid.uuid4().hex[:12]
@@ -59,11 +58,12 @@ class SharedRedis:
         self._on_change: list[Callable[[bool], None]] = []
 
     def status(self) -> dict[str, Any]:
-        parts = urlsplit(self.url)
-        # The URL without its password: /status is read by people.
-        host = parts.hostname or ""
-        where = f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
-        return {"url": where, "up": self.up, "replica": self.replica, "replicas": self.replicas}
+        return {
+            "url": shown(self.address),
+            "up": self.up,
+            "replica": self.replica,
+            "replicas": self.replicas,
+        }
 
     def on_heartbeat(self, beat: Callable[[], Awaitable[None]]) -> None:
         """Run ``beat`` (which calls Redis itself) on every heartbeat."""
@@ -138,4 +138,4 @@ class SharedRedis:
             self.mark(True)
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self._close()

@@ -28,9 +28,11 @@ from app.state.redis import SharedRedis
 class RedisLimits:
     def __init__(self, shared: SharedRedis) -> None:
         self._shared = shared
-        # On the gateway's own connection pool: one pool, closed with it.
+        # On the gateway's own connection pool: one pool, closed with it,
+        # which knows where Redis is (a URL's or Sentinel's primary); the
+        # URI here only names the implementation.
         storage = RedisStorage(
-            "async+" + shared.url,
+            "async+redis://",
             implementation="redispy",
             key_prefix=layout.fleet("requests"),
             # The storage passes its options on to redis-py (typed loosely).

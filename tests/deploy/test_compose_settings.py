@@ -30,8 +30,14 @@ from tests.deploy.compose_files import (
 WITH_KEYS = ["-f", BASE, "-f", CPU_FILE, "-f", compose_settings.OPTIONAL_FILES["keys_file"]]
 
 
+# Settings whose text has a form of its own.
+FORMED = {"redis_sentinels": "sentinel-a:26379,sentinel-b:26379"}
+
+
 def other_value(name: str, field: FieldInfo) -> str:
     """A valid value for a setting that is not its default, as .env writes it."""
+    if name in FORMED:
+        return FORMED[name]
     default = field.default
     kinds = typing.get_args(field.annotation) if _is_union(field.annotation) else ()
     kind = next((k for k in kinds if k is not type(None)), field.annotation)

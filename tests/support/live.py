@@ -30,8 +30,12 @@ LIVE_FIXTURES = frozenset(
         "compose",
         "stack",
         "second",
+        "sentinel_group",
     }
 )
+# Programs of the machine a unit test may still start: matplotlib lists the
+# system's fonts once (fc-list), the first time it draws on a machine.
+MACHINE_TOOLS_ALLOWED = frozenset({"fc-list"})
 # Folders and modules whose tests run system tools rather than fixtures, and
 # the end-to-end tests, every one of which runs real processes.
 LIVE_PATHS = (
@@ -72,7 +76,8 @@ def _no_machine_in_a_unit_run(monkeypatch: pytest.MonkeyPatch) -> None:
     def only_the_venvs(args: object, *rest: object, **kwargs: object) -> object:
         argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)  # type: ignore[call-overload]
         program = shutil.which(os.fsdecode(argv[0])) or os.fsdecode(argv[0])
-        if not os.path.abspath(program).startswith(venv) and program != sys.executable:
+        outside = not os.path.abspath(program).startswith(venv) and program != sys.executable
+        if outside and os.path.basename(program) not in MACHINE_TOOLS_ALLOWED:
             raise AssertionError(
                 f"a unit test started {program}: add its fixture to tests/support/live.py"
             )

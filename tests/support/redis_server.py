@@ -1,6 +1,7 @@
 """A real ``redis-server`` for the tests, on a free port, no persistence."""
 
 import shutil
+import signal
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from deploy.local import ManagedProcess, free_port
 
 
 class RedisServer:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, replica_of: "RedisServer | None" = None) -> None:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is missing: install Debian's redis-server (.ci/run does)"
         self.port = free_port()
@@ -28,6 +29,11 @@ class RedisServer:
             "",
             "--appendonly",
             "no",
+            # A replica's full sync goes through a file even without
+            # persistence: in the test's folder, not the checkout.
+            "--dir",
+            str(log_dir),
+            *([] if replica_of is None else ["--replicaof", "127.0.0.1", str(replica_of.port)]),
         ]
         self._log_dir = log_dir
         self.process: ManagedProcess | None = None
@@ -49,6 +55,13 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    def kill(self) -> None:
+        """Gone at once, as a host that dies: no shutdown, nothing saved."""
+        if self.process is not None:
+            self.process.signal(signal.SIGKILL)
             self.process.stop()
             self.process = None
 
