@@ -23,7 +23,9 @@ BUDGET = (24, 100)
 @pytest.fixture
 def sentinel_group(tmp_path: Path) -> Iterator[SentinelGroup]:
     # Promoted by the test: the gap it looks into stays open until then.
-    started = SentinelGroup(tmp_path, automatic=False)
+    # Passwords on the data nodes and on the sentinel: each must reach
+    # where it is asked for.
+    started = SentinelGroup(tmp_path, automatic=False, passwords=("data-pw", "sentinel-pw"))
     try:
         started.start()
         yield started
@@ -33,7 +35,12 @@ def sentinel_group(tmp_path: Path) -> Iterator[SentinelGroup]:
 
 @asynccontextmanager
 async def replicas(group: SentinelGroup, size: int) -> AsyncIterator[list[SharedRedis]]:
-    address = SentinelAddress(sentinel_nodes(group.sentinels), SERVICE)
+    address = SentinelAddress(
+        sentinel_nodes(group.sentinels),
+        SERVICE,
+        password=group.password,
+        sentinel_password=group.sentinel_password,
+    )
     # A lease no test outlasts (nothing here renews it); a timeout long for
     # a loopback call on a busy machine, short beside the waits below.
     shared = [SharedRedis(address, lease=120.0, timeout=2.0) for _ in range(size)]

@@ -29,10 +29,18 @@ WAIT = 120.0
 
 
 class SentinelGroup:
-    def __init__(self, log_dir: Path, automatic: bool = True) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        automatic: bool = True,
+        passwords: tuple[str, str] | None = None,
+    ) -> None:
+        # The data nodes' password and the sentinel's own, if they ask.
+        self.password: str | None = passwords[0] if passwords else None
+        self.sentinel_password: str | None = passwords[1] if passwords else None
         self._down_after_ms = 500 if automatic else 3_600_000
-        self.primary = RedisServer(log_dir)
-        self.replica = RedisServer(log_dir, replica_of=self.primary)
+        self.primary = RedisServer(log_dir, password=self.password)
+        self.replica = RedisServer(log_dir, replica_of=self.primary, password=self.password)
         self.port = free_port()
         self.sentinels = f"127.0.0.1:{self.port}"
         self._config = log_dir / f"sentinel-{self.port}.conf"
@@ -41,7 +49,15 @@ class SentinelGroup:
 
     def settings(self) -> dict[str, object]:
         """The gateway's settings that point it at this group."""
-        return {"redis_sentinels": self.sentinels, "redis_sentinel_service": SERVICE}
+        settings: dict[str, object] = {
+            "redis_sentinels": self.sentinels,
+            "redis_sentinel_service": SERVICE,
+        }
+        if self.password is not None:
+            settings["redis_password"] = self.password
+        if self.sentinel_password is not None:
+            settings["redis_sentinel_password"] = self.sentinel_password
+        return settings
 
     def start(self) -> None:
         self.primary.start()
@@ -52,6 +68,8 @@ class SentinelGroup:
             f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary.port} 1\n"
             f"sentinel down-after-milliseconds {SERVICE} {self._down_after_ms}\n"
             f"sentinel failover-timeout {SERVICE} 5000\n"
+            + ("" if self.password is None else f"sentinel auth-pass {SERVICE} {self.password}\n")
+            + ("" if self.sentinel_password is None else f"requirepass {self.sentinel_password}\n")
         )
         binary = shutil.which("redis-server")
         assert binary, "redis-server is missing: install Debian's redis-server (.ci/run does)"
@@ -91,11 +109,11 @@ class SentinelGroup:
         at the promotion) names it."""
 
         def promoted() -> bool:
-            with redis.Redis(port=self.replica.port, socket_timeout=1) as node:
-                role = node.role()[0]
+            with self._replica() as node:
+                role: str = node.role()[0]
             with self._sentinel() as sentinel:
                 record = sentinel.sentinel_masters()[SERVICE]
-            return record["port"] == self.replica.port and role in (b"master", "master")
+            return record["port"] == self.replica.port and role == "master"
 
         assert wait_until(promoted, WAIT), self._log_tail()
 
@@ -108,10 +126,21 @@ class SentinelGroup:
 
     def _sentinel(self) -> redis.Redis:
         ((host, port),) = sentinel_nodes(self.sentinels)
-        return redis.Redis(host=host, port=port, socket_timeout=1, decode_responses=True)
+        return redis.Redis(
+            host=host,
+            port=port,
+            password=self.sentinel_password,
+            socket_timeout=1,
+            decode_responses=True,
+        )
+
+    def _replica(self) -> redis.Redis:
+        return redis.Redis(
+            port=self.replica.port, password=self.password, socket_timeout=1, decode_responses=True
+        )
 
     def _replica_in_sync(self) -> bool:
-        with redis.Redis(port=self.replica.port, socket_timeout=1, decode_responses=True) as node:
+        with self._replica() as node:
             link: str = node.info("replication").get("master_link_status", "")
         return link == "up"
 

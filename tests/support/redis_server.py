@@ -14,11 +14,18 @@ from deploy.local import ManagedProcess, free_port
 
 
 class RedisServer:
-    def __init__(self, log_dir: Path, replica_of: "RedisServer | None" = None) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        replica_of: "RedisServer | None" = None,
+        password: str | None = None,
+    ) -> None:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is missing: install Debian's redis-server (.ci/run does)"
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.password = password
+        auth = "" if password is None else f":{password}@"
+        self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
         self._argv = [
             binary,
             "--port",
@@ -34,6 +41,8 @@ class RedisServer:
             "--dir",
             str(log_dir),
             *([] if replica_of is None else ["--replicaof", "127.0.0.1", str(replica_of.port)]),
+            # A replica authenticates to its primary with the same password.
+            *([] if password is None else ["--requirepass", password, "--masterauth", password]),
         ]
         self._log_dir = log_dir
         self.process: ManagedProcess | None = None
