@@ -102,6 +102,32 @@ class ApiRoute:
     errors: ErrorShape
 
 
+def _audio_route(name: Literal["transcriptions", "translations"]) -> ApiRoute:
+    """A Whisper route: the two differ only in their path (a translation
+    is a transcription whose task is English)."""
+    return ApiRoute(
+        name=name,
+        path=f"/v1/audio/{name}",
+        engine_path=f"/v1/audio/{name}",
+        aliases=(),
+        body="form",
+        parse=parse_audio,
+        prompt_param="file",
+        # Whisper's decoder prompt before the hint: start of transcript,
+        # language, task, no timestamps.
+        template_tokens=4.0,
+        counted_as="never",
+        # A streamed answer's usage chunk counts tokens (its prompt the
+        # audio's and the decoder's); a whole answer's counts seconds, which
+        # say nothing here: it pays its estimate (``app.keys.quota``).
+        usage=OPENAI_USAGE,
+        stream="chunks",
+        salted=False,
+        stored=False,
+        errors="openai",
+    )
+
+
 _TABLE = (
     ApiRoute(
         name="chat",
@@ -188,48 +214,8 @@ _TABLE = (
         stored=False,
         errors="anthropic",
     ),
-    ApiRoute(
-        name="transcriptions",
-        path="/v1/audio/transcriptions",
-        engine_path="/v1/audio/transcriptions",
-        aliases=(),
-        body="form",
-        parse=parse_audio,
-        prompt_param="file",
-        # Whisper's decoder prompt before the hint: start of transcript,
-        # language, task, no timestamps.
-        template_tokens=4.0,
-        counted_as="never",
-        # A streamed answer's usage chunk counts tokens (its prompt the
-        # audio's and the decoder's); a whole answer's counts seconds, which
-        # say nothing here: it pays its estimate (``app.keys.quota``).
-        usage=OPENAI_USAGE,
-        stream="chunks",
-        salted=False,
-        stored=False,
-        errors="openai",
-    ),
-    ApiRoute(
-        name="translations",
-        path="/v1/audio/translations",
-        engine_path="/v1/audio/translations",
-        aliases=(),
-        body="form",
-        parse=parse_audio,
-        prompt_param="file",
-        # Whisper's decoder prompt before the hint: start of transcript,
-        # language, task, no timestamps.
-        template_tokens=4.0,
-        counted_as="never",
-        # A streamed answer's usage chunk counts tokens (its prompt the
-        # audio's and the decoder's); a whole answer's counts seconds, which
-        # say nothing here: it pays its estimate (``app.keys.quota``).
-        usage=OPENAI_USAGE,
-        stream="chunks",
-        salted=False,
-        stored=False,
-        errors="openai",
-    ),
+    _audio_route("transcriptions"),
+    _audio_route("translations"),
     ApiRoute(
         name="pooling",
         path="/pooling",

@@ -3,7 +3,7 @@ write: the access log."""
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,17 @@ def access_log(gateway: Gateway) -> list[dict[str, Any]]:
         if line.startswith('{"ts"')
     ]
     return [line for line in lines if "logger" not in line]
+
+
+def assert_all_served_once(gateways: Sequence[Gateway], bodies: Sequence[bytes]) -> None:
+    """Every stream ran to its end, none failed, and each request the
+    gateways counted has exactly one outcome in their access logs."""
+    assert all(b.endswith(b"data: [DONE]\n\n") for b in bodies)
+    for gateway in gateways:
+        assert gateway.metric("gateway_requests_total", outcome="failed") == 0
+        assert gateway.metric("gateway_requests_total") == sum(
+            1 for e in access_log(gateway) if e["outcome"]
+        )
 
 
 def access_line(gateway: Gateway, request_id: str) -> dict[str, Any]:
