@@ -14,6 +14,7 @@ from app.settings import sentinel_nodes
 from app.state.address import SentinelAddress
 from app.state.fleet import FleetState
 from app.state.redis import SharedRedis
+from app.state.redis_limits import RedisLimits
 from tests.support.redis_sentinel import SERVICE, SentinelGroup
 from tests.support.stopped import stopped
 
@@ -54,7 +55,7 @@ async def replicas(group: SentinelGroup, size: int) -> AsyncIterator[list[Shared
             await one.aclose()
 
 
-async def test_replicas_share_holds_through_the_primary_sentinel_names(
+async def test_replicas_share_holds_and_key_limits_through_the_primary_sentinel_names(
     sentinel_group: SentinelGroup,
 ) -> None:
     async with replicas(sentinel_group, 2) as shared:
@@ -63,6 +64,13 @@ async def test_replicas_share_holds_through_the_primary_sentinel_names(
         # The other replica sees the first's hold: 20 + 6 > 24.
         assert not (await second.hold("e", (6, 1, 1), BUDGET, ("normal", "u", 1))).ok
         assert (await second.hold("e", (4, 1, 1), BUDGET, ("normal", "u", 1))).ok
+        # The keys' limits too, through the same client: the limits
+        # library's window on the pool Sentinel points, and the scripts.
+        limits = [RedisLimits(one) for one in shared]
+        verdicts = [await limits[i % 2].hit_requests("k", 3, 60) for i in range(4)]
+        assert [v.allowed for v in verdicts] == [True, True, True, False]
+        assert await limits[0].acquire_slot("k", 1)
+        assert not await limits[1].acquire_slot("k", 1)
         assert shared[0].status()["url"] == f"sentinel://{sentinel_group.sentinels}/{SERVICE}"
 
 
