@@ -64,12 +64,6 @@ class Settings(BaseSettings):
     # of the prefix benchmark, and far above where the documents overflow
     # one engine's cache (docs/benchmarks.md). 0: it goes elsewhere at once.
     routing_affinity_wait: float = Field(10.0, ge=0)
-    # A request that would wait for the engine holding its prompt is
-    # admitted there at once if the engine's reservations stay within its
-    # KV budget plus this fraction of it: the engine queues it itself, and
-    # may preempt (a preempted request recomputes from its cached prompt).
-    # 0: it waits in the gateway.
-    routing_holder_overage: float = Field(0.0, ge=0)
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
     prefix_aware_demand: bool = True

@@ -194,17 +194,14 @@ class EngineBudget:
             shared_tokens = tokens
         return shared_tokens // block_size
 
-    def fits(self, waiter: Waiter, over: float = 0.0) -> bool:
-        """Whether ``waiter`` fits now, within the budget plus ``over`` of it."""
+    def fits(self, waiter: Waiter) -> bool:
         if self.in_flight + self.others_in_flight == 0:
             return True
         blocks, sequences = self.charged(waiter)
         if self.running_sequences + self.others_sequences + sequences > self.max_sequences:
             return False
         budget = self.budget_blocks
-        if budget is None:
-            return True
-        return self.reserved_blocks + self.others_blocks + blocks <= math.floor(budget * (1 + over))
+        return budget is None or self.reserved_blocks + self.others_blocks + blocks <= budget
 
     def reserve(self, waiter: Waiter) -> Reservation:
         blocks, sequences = self.charged(waiter)

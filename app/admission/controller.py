@@ -66,7 +66,6 @@ class AdmissionController:
                 max_queue_bytes=settings.queue_max_bytes,
                 max_wait=settings.queue_timeout,
                 affinity_wait=settings.routing_affinity_wait,
-                holder_overage=settings.routing_holder_overage,
             ),
             router,
         )

@@ -140,9 +140,6 @@ class PolicyConfig:
     # most of its prompt (prefix routing with KV cache events) while another
     # has room (``app.routing.prefix``); 0: never.
     affinity_wait: float = default("routing_affinity_wait")
-    # How far past its KV budget the engine holding a request's prompt may
-    # take it rather than have it wait (a fraction of the budget).
-    holder_overage: float = default("routing_holder_overage")
 
 
 @dataclass(frozen=True)
@@ -303,8 +300,6 @@ class AdmissionPolicy:
                 expired.append(waiter)
                 continue
             placed = self._place(waiter, now)
-            if isinstance(placed, Wait) and (holder := self._holder_over(waiter, placed)):
-                return Decision(waiter, holder, Choice(holder.id, holder.id)), expired
             if isinstance(placed, Wait):
                 waiter.waited_for = placed.engine
                 passed.add(waiter)
@@ -360,15 +355,6 @@ class AdmissionPolicy:
         if not isinstance(choice, Choice):
             return choice
         return self.engines[choice.engine], choice
-
-    def _holder_over(self, waiter: Waiter, wait: Wait) -> EngineBudget | None:
-        """The engine ``waiter`` would wait for, if it may take it past its
-        budget (``holder_overage``)."""
-        over = self.config.holder_overage
-        holder = self.engines.get(wait.engine)
-        if over <= 0 or holder is None or not holder.fits(waiter, over=over):
-            return None
-        return holder
 
     # --- reservations ---------------------------------------------------------
 

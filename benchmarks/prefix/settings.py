@@ -23,8 +23,6 @@ class Setting:
     affinity_wait: float | None = None
     # GATEWAY_ROUTING_SCORERS (None: the preset ``routing`` names).
     scorers: str | None = None
-    # GATEWAY_ROUTING_HOLDER_OVERAGE (None: the gateway's default).
-    holder_overage: float | None = None
 
     @property
     def slug(self) -> str:
@@ -43,12 +41,6 @@ EVENTS_WAIT_LONG = Setting(
 EVENTS_QUEUE = Setting(
     "prefix + in_flight 0.5, KV events", "prefix", kv_events=True, scorers="prefix=1,in_flight=0.5"
 )
-EVENTS_HOLDER = Setting(
-    "prefix, KV events, holder overage 0.25", "prefix", kv_events=True, holder_overage=0.25
-)
-EVENTS_HOLDER_HALF = Setting(
-    "prefix, KV events, holder overage 0.5", "prefix", kv_events=True, holder_overage=0.5
-)
 ROUTER_CACHE = Setting("vllm-router cache_aware", "cache_aware", router=True)
 ROUTER_KV = Setting("vllm-router kv_aware", "kv_aware", router=True)
 
@@ -61,8 +53,6 @@ RAG = [
     EVENTS_WAIT,
     EVENTS_WAIT_LONG,
     EVENTS_QUEUE,
-    EVENTS_HOLDER,
-    EVENTS_HOLDER_HALF,
     ROUTER_CACHE,
     ROUTER_KV,
 ]
@@ -88,8 +78,6 @@ def start(
         env["GATEWAY_ROUTING_AFFINITY_WAIT"] = str(setting.affinity_wait)
     if setting.scorers is not None:
         env["GATEWAY_ROUTING_SCORERS"] = setting.scorers
-    if setting.holder_overage is not None:
-        env["GATEWAY_ROUTING_HOLDER_OVERAGE"] = str(setting.holder_overage)
     return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
 
 

@@ -540,12 +540,10 @@ def test_a_pinned_request_waits_for_its_engine_while_others_have_room() -> None:
     assert p.queued == 1
 
 
-def held_on_e0(
-    affinity_wait: float, **config: float
-) -> tuple[AdmissionPolicy, PromptBlocks, Reservation]:
+def held_on_e0(affinity_wait: float) -> tuple[AdmissionPolicy, PromptBlocks, Reservation]:
     """Two engines of 10 blocks, e0 reporting that it holds a prompt's
     blocks, and full: a request for that prompt fits only on e1 now."""
-    p = policy(blocks=10, engines=2, affinity_wait=affinity_wait, max_request_share=1.0, **config)
+    p = policy(blocks=10, engines=2, affinity_wait=affinity_wait, max_request_share=1.0)
     indexes = {f"e{i}": BlockIndex() for i in range(2)}
     p.router = prefix_router(ReportedCache(indexes))
     prompt = PromptBlocks(tuple(range(8)))
@@ -608,18 +606,3 @@ def test_with_no_affinity_wait_a_request_goes_elsewhere_at_once() -> None:
     assert reservation.engine == "e1"
     assert reservation.choice is not None
     assert reservation.choice.waited_for is None
-
-
-def test_the_engine_holding_a_prompt_takes_it_past_its_budget_by_the_overage() -> None:
-    """With ``holder_overage`` 0.1, e0 (a budget of 10 blocks, all held)
-    takes one more block's request for the prompt it holds rather than
-    have it wait or go to e1, where its prompt would be computed again; a
-    second would pass 11 blocks, and is placed as without the overage."""
-    p, prompt, _ = held_on_e0(affinity_wait=30.0, holder_overage=0.1)
-    first = add(p, waiter("t", affinity=7, prompt=prompt, at=0.0))
-    second = add(p, waiter("u", affinity=7, prompt=prompt, at=0.0))
-    admitted = admit_all(p, now=0.1)
-    assert [(w, r.engine) for w, r in admitted] == [(first, "e0"), (second, "e1")]
-    assert p.engines["e0"].reserved_blocks == 11
-    assert admitted[1][1].choice is not None
-    assert admitted[1][1].choice.waited_for == "e0"
