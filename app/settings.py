@@ -187,6 +187,9 @@ class Settings(BaseSettings):
     # Reservations are held under a lease of ``redis_lease_seconds``, renewed
     # at a third of it: a replica that dies without a drain loses them then.
     redis_url: str | None = None
+    # ``redis_url`` names one node of a Redis Cluster: the gateway finds the
+    # others from it and runs each step of an admission on one slot's keys.
+    redis_cluster: bool = False
     # Or a primary that Redis Sentinel watches and fails over to a replica:
     # the sentinels (``host:port``, comma-separated), the name they monitor
     # it under, the data nodes' password and the sentinels' own
@@ -228,7 +231,12 @@ class Settings(BaseSettings):
         return self.prompt_tokens
 
     @model_validator(mode="after")
-    def _sentinels_given(self) -> "Settings":
+    def _redis_given(self) -> "Settings":
+        if self.redis_cluster and (self.redis_url is None or self.redis_sentinels is not None):
+            raise ValueError(
+                "GATEWAY_REDIS_CLUSTER needs GATEWAY_REDIS_URL (one of the cluster's nodes) "
+                "and no GATEWAY_REDIS_SENTINELS"
+            )
         if self.redis_sentinels is not None:
             sentinel_nodes(self.redis_sentinels)
         elif self.redis_password is not None or self.redis_sentinel_password is not None:

@@ -10,6 +10,7 @@ import pytest
 
 from tests.support.engines import LORA, SMALL_ENGINE, Engine, engine_idle, running_engine
 from tests.support.gateways import Gateway, StartGateway, launch_gateway, running_gateway
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer
 from tests.support.trace_backend import TraceBackend, running_trace_backend
 from tests.support.wait import wait_until
@@ -87,6 +88,38 @@ def gateway(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A real redis-server of the test's own, no persistence."""
+    server = RedisServer(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClusterNodes]:
+    """A real Redis Cluster (three primaries, each with a replica) shared by
+    the session: its users empty it first (``flush``). A test that kills a
+    node starts a cluster of its own."""
+    cluster = RedisClusterNodes(tmp_path_factory.mktemp("redis-cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(params=["one", "cluster"])
+def redis_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[RedisServer | RedisClusterNodes]:
+    """The shared state's Redis, each way the gateway runs on it: one
+    redis-server of the test's own, then the session's cluster, emptied."""
+    if request.param == "cluster":
+        cluster: RedisClusterNodes = request.getfixturevalue("redis_cluster")
+        cluster.flush()
+        yield cluster
+        return
     server = RedisServer(tmp_path)
     server.start()
     try:

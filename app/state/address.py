@@ -1,5 +1,6 @@
-"""Where the shared state's Redis is: one server by its URL, or a primary
-that Redis Sentinel names and moves on a fail-over.
+"""Where the shared state's Redis is: one server by its URL, a primary that
+Redis Sentinel names and moves on a fail-over, or a Redis Cluster found from
+one of its nodes.
 
 Under Sentinel the client asks the sentinels for the primary before each new
 connection and drops its connections when the answer changes (redis-py's
@@ -9,6 +10,11 @@ replica's promotion, calls fail as they do with one Redis down: the gateway
 runs on its share (``SharedRedis``) and its next heartbeat after the
 promotion writes what it holds into the new primary, which replication, being
 asynchronous, may have left behind.
+
+In a cluster the client learns which node serves which slot from the node it
+is given, follows ``MOVED`` redirections when that changes, and finds a
+replica promoted in a failed primary's place the same way; every script it
+runs touches the keys of one slot (``app.state.layout``).
 """
 
 from collections.abc import Awaitable, Callable
@@ -16,6 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import redis.asyncio as redis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
 from app.settings import Settings, sentinel_nodes
@@ -33,13 +40,24 @@ class SentinelAddress:
     sentinel_password: str | None = None
 
 
-RedisAddress = str | SentinelAddress
+@dataclass(frozen=True)
+class ClusterAddress:
+    # One node of the cluster (``redis://[:password@]host:port``); the
+    # client discovers the others from it.
+    url: str
+
+
+RedisAddress = str | SentinelAddress | ClusterAddress
+# A client for one Redis (or Sentinel's primary), or for a cluster.
+Client = redis.Redis | RedisCluster
 
 Close = Callable[[], Awaitable[None]]
 
 
 def redis_address(settings: Settings) -> RedisAddress | None:
     """Where the state shared with other replicas lives (None: nowhere)."""
+    if settings.redis_cluster and settings.redis_url is not None:
+        return ClusterAddress(settings.redis_url)
     if settings.redis_sentinels is not None:
         password, sentinel_password = settings.redis_password, settings.redis_sentinel_password
         return SentinelAddress(
@@ -53,9 +71,14 @@ def redis_address(settings: Settings) -> RedisAddress | None:
     return settings.redis_url
 
 
-def connect(address: RedisAddress, timeout: float) -> tuple[redis.Redis, Close]:
+def connect(address: RedisAddress, timeout: float) -> tuple[Client, Close]:
     """A client for ``address`` whose calls give up after ``timeout``, and
     what closes it with everything it opened."""
+    if isinstance(address, ClusterAddress):
+        cluster = RedisCluster.from_url(
+            address.url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        return cluster, cluster.aclose
     if isinstance(address, str):
         client = redis.Redis.from_url(
             address, socket_timeout=timeout, socket_connect_timeout=timeout
@@ -88,6 +111,8 @@ def shown(address: RedisAddress) -> str:
     if isinstance(address, SentinelAddress):
         nodes = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in address.sentinels)
         return f"sentinel://{nodes}/{address.service}"
+    if isinstance(address, ClusterAddress):
+        return "cluster+" + shown(address.url)
     parts = urlsplit(address)
     host = parts.hostname or ""
     return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"

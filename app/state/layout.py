@@ -9,12 +9,13 @@ So what belongs together is tagged together:
 - ``{gw:engine:<id>}``: one engine's budget — what each replica holds on
   it, their total, and the leases under which they hold it. One slot per
   engine: engines spread over a cluster's shards.
-- ``{gw:key:<id>}``: one API key's limits (token log, concurrent slots).
+- ``{gw:key:<id>}``: one API key's limits (requests per window, token log,
+  concurrent slots).
 
-On one Redis (what the gateway runs on) the tags cost nothing. In a cluster
-each engine's budget and each key's limits stay in one slot; the admission
-script spans its engine's slot and ``{gw}``, the fair order being the
-fleet's (docs/scale.md says what that costs).
+On one Redis the tags cost nothing, and an admission is one script over
+``{gw}`` and its engine's slot. In a cluster it is two steps, one per slot
+(``app.state.fleet``): the fair order is the fleet's, so ``{gw}`` stays one
+shard's (docs/scale.md says what that costs).
 """
 
 from app.identity import PRIORITIES
@@ -54,6 +55,12 @@ def engine(engine_id: str) -> list[str]:
 def slots(key: str) -> list[str]:
     """An API key's concurrent requests, per replica."""
     return pool(f"key:{key}", "slots")
+
+
+def requests(key: str) -> str:
+    """What names an API key's requests per window (``limits``' moving
+    window, which puts its own prefix before it): in the key's slot."""
+    return f"{{gw:key:{key}}}"
 
 
 def tokens(key: str) -> list[str]:

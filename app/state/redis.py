@@ -21,14 +21,13 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import redis.asyncio as redis
 from redis.exceptions import RedisError
 
-from app.state.address import RedisAddress, connect, shown
+from app.state.address import Client, ClusterAddress, RedisAddress, connect, shown
 
 log = logging.getLogger("gateway.state")
 
-Write = Callable[[redis.Redis], Awaitable[Any]]
+Write = Callable[[Client], Awaitable[Any]]
 
 
 def raise_if_cancelled() -> None:
@@ -48,6 +47,9 @@ class SharedRedis:
     def __init__(self, address: RedisAddress, lease: float, timeout: float) -> None:
         self.client, self._close = connect(address, timeout)
         self.address = address
+        # A cluster runs a script on one slot's keys only: the state's
+        # users then split what spans slots into steps (app.state.fleet).
+        self.clustered = isinstance(address, ClusterAddress)
         self.lease_ms = int(lease * 1000)
         self.timeout = timeout
         self.replica = uuid.uuid4().hex[:12]
@@ -56,6 +58,7 @@ class SharedRedis:
         self._writes: asyncio.Queue[Write] = asyncio.Queue()
         self._heartbeats: list[Callable[[], Awaitable[None]]] = []
         self._on_change: list[Callable[[bool], None]] = []
+        self._on_close: list[Callable[[], Awaitable[None]]] = [self._close]
 
     def status(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,10 @@ class SharedRedis:
     def on_change(self, listener: Callable[[bool], None]) -> None:
         """Told when Redis starts or stops answering."""
         self._on_change.append(listener)
+
+    def on_close(self, close: Callable[[], Awaitable[None]]) -> None:
+        """Run ``close`` (a client of the state's users) when this closes."""
+        self._on_close.append(close)
 
     def send(self, write: Write) -> None:
         """Queue a write that needs no answer (applied in order)."""
@@ -138,4 +145,5 @@ class SharedRedis:
             self.mark(True)
 
     async def aclose(self) -> None:
-        await self._close()
+        for close in reversed(self._on_close):
+            await close()

@@ -11,15 +11,19 @@ share of every limit (the limit divided by the replicas last seen alive) in
 process, so the fleet as a whole stays within it.
 """
 
+import asyncio
 import math
 import time
+from urllib.parse import urlsplit
 
 from limits import RateLimitItemPerSecond
-from limits.aio.storage import RedisStorage
+from limits.aio.storage import RedisClusterStorage, RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from redis.exceptions import RedisError
 
-from app.state import layout, scripts
+from app.state import layout
+from app.state import limit_scripts as scripts
+from app.state.address import ClusterAddress
 from app.state.base import SlotCounts, Verdict
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
@@ -28,17 +32,7 @@ from app.state.redis import SharedRedis
 class RedisLimits:
     def __init__(self, shared: SharedRedis) -> None:
         self._shared = shared
-        # On the gateway's own connection pool: one pool, closed with it,
-        # which knows where Redis is (a URL's or Sentinel's primary); the
-        # URI here only names the implementation.
-        storage = RedisStorage(
-            "async+redis://",
-            implementation="redispy",
-            key_prefix=layout.fleet("requests"),
-            # The storage passes its options on to redis-py (typed loosely).
-            connection_pool=shared.client.connection_pool,  # type: ignore[arg-type]
-        )
-        self._requests = MovingWindowRateLimiter(storage)
+        self._requests = MovingWindowRateLimiter(_window_storage(shared))
         client = shared.client
         self._reserve = client.register_script(scripts.RESERVE_TOKENS)
         self._settle = client.register_script(scripts.SETTLE_TOKENS)
@@ -50,10 +44,12 @@ class RedisLimits:
 
     async def hit_requests(self, key: str, limit: int, window: int) -> Verdict:
         item = RateLimitItemPerSecond(limit, window)
+        # The key's hash tag in the window's name: on the key's slot.
+        tagged = layout.requests(key)
 
         async def hit(_: object) -> tuple[bool, float, int]:
-            allowed = await self._requests.hit(item, key)
-            stats = await self._requests.get_window_stats(item, key)
+            allowed = await self._requests.hit(item, tagged)
+            stats = await self._requests.get_window_stats(item, tagged)
             return allowed, stats.reset_time, stats.remaining
 
         allowed, reset_time, remaining = await self._shared.call(hit)
@@ -117,9 +113,47 @@ class RedisLimits:
     async def _write_slots(self, held: dict[str, int]) -> None:
         """Write what this replica holds of each key's slots (the truth)."""
         shared = self._shared
-        keys = [k for key in held for k in layout.slots(key)]
-        args: list[str | int] = [shared.replica, shared.lease_ms, *held.values()]
-        await self._set_slots(keys=keys, args=args)
+        # One script per key: each key's slots are in the key's slot.
+        await asyncio.gather(
+            *(
+                self._set_slots(keys=layout.slots(key), args=[shared.replica, shared.lease_ms, n])
+                for key, n in held.items()
+            )
+        )
+
+
+def _window_storage(shared: SharedRedis) -> RedisStorage:
+    """``limits``' storage for the requests per window, in the shared Redis.
+
+    On the gateway's own connection pool where there is one (a URL's Redis
+    or Sentinel's primary; the URI then only names the implementation): one
+    pool, closed with it, which knows where Redis is. A cluster's client
+    keeps a pool per node, which ``limits`` cannot be given: it gets a
+    client of its own from the same node, closed with the gateway's."""
+    prefix = "gw:requests"
+    address = shared.address
+    if isinstance(address, ClusterAddress):
+        parts = urlsplit(address.url)
+        auth = f":{parts.password}@" if parts.password else ""
+        node = f"{parts.hostname}:{parts.port or 6379}"
+        storage = RedisClusterStorage(
+            f"async+redis+cluster://{auth}{node}",
+            implementation="redispy",
+            key_prefix=prefix,
+            socket_timeout=shared.timeout,
+            socket_connect_timeout=shared.timeout,
+        )
+        # (The redis-py bridge's client: ``implementation="redispy"``.)
+        client = storage.bridge.get_connection()  # type: ignore[attr-defined]
+        shared.on_close(client.aclose)
+        return storage
+    return RedisStorage(
+        "async+redis://",
+        implementation="redispy",
+        key_prefix=prefix,
+        # The storage passes its options on to redis-py (typed loosely).
+        connection_pool=shared.client.connection_pool,  # type: ignore[arg-type,union-attr]
+    )
 
 
 class SharedLimits:

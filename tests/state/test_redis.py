@@ -1,6 +1,6 @@
-"""Shared state in a real redis-server: holds that never overbook an engine,
-leases that expire, settleable token limits, slots, and what happens when
-Redis stops answering."""
+"""Shared state in a real redis-server and a real Redis Cluster: holds that
+never overbook an engine, leases that expire, settleable token limits,
+slots, and what happens when Redis stops answering."""
 
 import asyncio
 import contextlib
@@ -13,15 +13,18 @@ from app.state.fleet import FleetState
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
 from app.state.redis_limits import RedisLimits, SharedLimits
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer, replicas_of
 from tests.support.wait import wait_for
 
 
 @pytest.fixture
-async def replicas(redis: RedisServer) -> AsyncIterator[list[SharedRedis]]:
+async def replicas(
+    redis_store: RedisServer | RedisClusterNodes,
+) -> AsyncIterator[list[SharedRedis]]:
     # A lease no test outlasts, however busy the machine: nothing here
     # renews it, and a replica whose lease ran out stops counting.
-    async with replicas_of(redis, 2, lease=120.0) as shared:
+    async with replicas_of(redis_store, 2, lease=120.0) as shared:
         yield shared
 
 
@@ -73,9 +76,9 @@ async def test_a_release_still_queued_when_a_heartbeat_writes_comes_off_once(
 
 
 async def test_a_replica_that_stops_renewing_its_lease_stops_counting(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis_store, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
         assert not (await second.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 1))).ok
@@ -184,10 +187,12 @@ async def test_requests_per_window_and_slots_are_shared(replicas: list[SharedRed
     assert not await second.acquire_slot("k", 1)
 
 
-async def test_with_redis_down_each_replica_keeps_to_its_share(
-    redis: RedisServer, replicas: list[SharedRedis]
-) -> None:
-    first = replicas[0]
+async def test_with_redis_down_each_replica_keeps_to_its_share(redis: RedisServer) -> None:
+    async with replicas_of(redis, 1, lease=120.0) as (first,):
+        await _keeps_to_its_share(redis, first)
+
+
+async def _keeps_to_its_share(redis: RedisServer, first: SharedRedis) -> None:
     FleetState(first)  # registers nothing; the replica count comes from the fleet
     first.replicas = 2
     limits = SharedLimits(first)
@@ -239,3 +244,26 @@ async def test_a_replica_whose_copy_of_the_clocks_lags_is_told_the_fleets(
     again = await first.hold("e", (1, 1, 1), (100, 100), ("normal", "light", 10), ["heavy"])
     assert again.ok
     assert again.served == 20.0
+
+
+async def test_a_hold_refused_for_room_leaves_its_tenants_clock_as_it_was(
+    replicas: list[SharedRedis],
+) -> None:
+    """On a cluster the turn and the charge come before the room, in
+    another slot: a refusal there undoes the charge. The request goes back
+    to the front of its queue as if never tried."""
+    first, second = (FleetState(one) for one in replicas)
+    assert (await second.hold("e", (20, 1, 1), (24, 100), ("normal", "other", 100))).ok
+    assert (await first.hold("e", (2, 1, 1), (24, 100), ("normal", "t", 50))).ok
+    before = await first.clocks({"normal": ["t", "other"]})
+    refused = await first.hold("e", (10, 1, 1), (24, 100), ("normal", "t", 400))
+    assert not refused.ok
+    assert not refused.not_my_turn
+    # The fleet's totals on the engine, for the replica's view.
+    assert (refused.blocks, refused.requests) == (22, 2)
+    assert await first.clocks({"normal": ["t", "other"]}) == before
+    # Still first in the fair order: another replica's "other" (clock 100)
+    # waits behind "t" (clock 50).
+    await second.heartbeat({})
+    await second.publish({"normal": ["other"]})
+    assert (await first.hold("e", (2, 1, 1), (24, 100), ("normal", "t", 10))).ok

@@ -31,6 +31,8 @@ LIVE_FIXTURES = frozenset(
         "stack",
         "second",
         "sentinel_group",
+        "redis_cluster",
+        "redis_store",
     }
 )
 # Programs of the machine a unit test may still start: matplotlib lists the

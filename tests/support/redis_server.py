@@ -3,14 +3,19 @@
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
 
+from app.state.address import RedisAddress
 from app.state.redis import SharedRedis
 from deploy.local import ManagedProcess, free_port
+
+if TYPE_CHECKING:
+    from tests.support.redis_cluster import RedisClusterNodes
 
 
 class RedisServer:
@@ -19,10 +24,12 @@ class RedisServer:
         log_dir: Path,
         replica_of: "RedisServer | None" = None,
         password: str | None = None,
+        extra: Sequence[str] = (),
+        port: int | None = None,
     ) -> None:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is missing: install Debian's redis-server (.ci/run does)"
-        self.port = free_port()
+        self.port = free_port() if port is None else port
         self.password = password
         auth = "" if password is None else f":{password}@"
         self.url = f"redis://{auth}127.0.0.1:{self.port}/0"
@@ -43,9 +50,18 @@ class RedisServer:
             *([] if replica_of is None else ["--replicaof", "127.0.0.1", str(replica_of.port)]),
             # A replica authenticates to its primary with the same password.
             *([] if password is None else ["--requirepass", password, "--masterauth", password]),
+            *extra,
         ]
         self._log_dir = log_dir
         self.process: ManagedProcess | None = None
+
+    @property
+    def address(self) -> RedisAddress:
+        return self.url
+
+    def settings(self) -> dict[str, object]:
+        """The gateway's settings that point it here."""
+        return {"redis_url": self.url}
 
     def start(self) -> None:
         self.process = ManagedProcess(f"redis-{self.port}", self._argv, {}, self._log_dir)
@@ -77,13 +93,13 @@ class RedisServer:
 
 @asynccontextmanager
 async def replicas_of(
-    server: RedisServer, size: int, lease: float
+    server: "RedisServer | RedisClusterNodes", size: int, lease: float
 ) -> AsyncIterator[list[SharedRedis]]:
     """``size`` gateway replicas' connections to ``server``, each alive (one
     heartbeat) under ``lease``. A generous timeout: forty holds at once on a
     busy machine take more than a second, and a timed-out call would count
     Redis as down, which only the tests about that want."""
-    shared = [SharedRedis(server.url, lease=lease, timeout=10.0) for _ in range(size)]
+    shared = [SharedRedis(server.address, lease=lease, timeout=10.0) for _ in range(size)]
     for one in shared:
         await one.heartbeat()
     try:

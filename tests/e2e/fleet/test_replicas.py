@@ -1,6 +1,8 @@
 """Two gateway replicas in front of the real engine, sharing state through a
 real redis-server: one KV budget, one fair order, one set of limits; a
-replica killed without a drain stops counting; Redis stopping loses nothing."""
+replica killed without a drain stops counting; Redis stopping loses nothing.
+The fair order and a replica's death, where a Redis Cluster runs them in
+steps over several slots, also on the session's cluster."""
 
 import asyncio
 import signal
@@ -14,9 +16,11 @@ from tests.support.engines import MODEL, Engine, engine_idle
 from tests.support.fairness import heavy_admitted_before_light_finished
 from tests.support.gateways import Gateway, StartGateway, access_log, assert_all_served_once
 from tests.support.keys import key_entry, write_keys_file
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_until
 
+RedisStore = RedisServer | RedisClusterNodes
 LONG = {"model": MODEL, "max_tokens": 600, "ignore_eos": True, "stream": True}
 
 
@@ -79,10 +83,10 @@ async def test_a_burst_split_over_two_replicas_fits_one_budget_only_when_shared(
 
 
 async def test_a_tenant_with_ten_times_the_load_over_both_replicas_does_not_starve_another(
-    idle_engine: Engine, start_gateway: StartGateway, redis: RedisServer
+    idle_engine: Engine, start_gateway: StartGateway, redis_store: RedisStore
 ) -> None:
     gateways = pair(
-        start_gateway, idle_engine, redis_url=redis.url, max_concurrency=2, queue_timeout=300
+        start_gateway, idle_engine, **redis_store.settings(), max_concurrency=2, queue_timeout=300
     )
 
     async def one(tenant: str, i: int) -> None:
@@ -157,9 +161,11 @@ async def test_a_keys_tokens_stay_within_its_limit_across_both_replicas(
 
 
 async def test_a_replica_killed_without_a_drain_stops_counting_within_its_lease(
-    idle_engine: Engine, start_gateway: StartGateway, redis: RedisServer
+    idle_engine: Engine, start_gateway: StartGateway, redis_store: RedisStore
 ) -> None:
-    doomed, survivor = pair(start_gateway, idle_engine, redis_url=redis.url, redis_lease_seconds=2)
+    doomed, survivor = pair(
+        start_gateway, idle_engine, **redis_store.settings(), redis_lease_seconds=2
+    )
     body = {**LONG, "max_tokens": 1500}
     held = [
         asyncio.create_task(stream(doomed.url, {**body, "prompt": f"Doomed {i}"})) for i in range(2)
