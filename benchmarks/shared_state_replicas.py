@@ -27,6 +27,11 @@ fleet's state left as it was, every replica's heartbeat and the probe's
 holds one at a time, so that ``INFO commandstats`` and ``latencystats``
 show each script's own time (under load every script is one ``EVALSHA`` in
 those statistics).
+
+With ``cluster`` the URL is one node of a Redis Cluster: each replica's
+client is the gateway's cluster client (an admission is then TURN on
+``{gw}``'s shard and PLACE on its engine's), and everything read from
+``INFO`` is read on every primary, summed, and kept per shard too.
 """
 
 import asyncio
@@ -70,7 +75,7 @@ def quantile(values: Sequence[float], p: float) -> float | None:
 
 class Replica:
     def __init__(self, n: int, url: str, engines: list[str], opts: dict[str, Any]) -> None:
-        self.shared = SharedRedis(url, lease=opts["lease"], timeout=10.0)
+        self.shared = SharedRedis(address(url, opts), lease=opts["lease"], timeout=10.0)
         self.fleet = FleetState(self.shared)
         self.engines = engines
         self.rate = opts["rate"]
@@ -177,22 +182,109 @@ class Replica:
         return {"held": self.held, "refused": self.refused, "rtts": self.rtts}
 
 
+def address(url: str, opts: dict[str, Any]) -> Any:
+    """Where the replicas' state is: one Redis, or a cluster found from one
+    of its nodes (imported only then: an earlier tree has no cluster)."""
+    if not opts.get("cluster"):
+        return url
+    from app.state.address import ClusterAddress
+
+    return ClusterAddress(url)
+
+
 async def server_cpu(control: aioredis.Redis) -> float:
     info = await control.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def script_stats(control: aioredis.Redis) -> dict[str, Any]:
+async def script_stats(control: aioredis.Redis, usec: bool = False) -> dict[str, Any]:
     """``EVALSHA``'s calls and µs per call, and its latency percentiles (µs),
-    as Redis counts them since the last ``CONFIG RESETSTAT``."""
+    as Redis counts them since the last ``CONFIG RESETSTAT``; ``usec``: and
+    its total µs (to sum a cluster's primaries with)."""
     stats = (await control.info("commandstats")).get("cmdstat_evalsha", {})
     latency = (await control.info("latencystats")).get("latency_percentiles_usec_evalsha", {})
-    return {
+    out = {
         "calls": int(stats.get("calls", 0)),
         "usec_per_call": float(stats.get("usec_per_call", 0.0)),
         "p50_usec": float(latency.get("p50", 0.0)),
         "p99_usec": float(latency.get("p99", 0.0)),
     }
+    if usec:
+        out["usec"] = int(stats.get("usec", 0))
+    return out
+
+
+class Servers:
+    """The Redis servers the fleet's state is on, a plain client each: the
+    one Redis, or a cluster's primaries (where each script runs; replicas
+    only copy) with the slots each serves."""
+
+    def __init__(self, urls: list[str], serves: list[str] | None = None) -> None:
+        self.clients = [aioredis.Redis.from_url(u) for u in urls]
+        self.nodes = [u.removeprefix("redis://") for u in urls]
+        self.serves = serves
+
+    @classmethod
+    async def find(cls, url: str, engines: list[str], cluster: bool) -> "Servers":
+        """On a cluster: its primaries as the seed's ``CLUSTER SLOTS`` has
+        them, and what each serves: ``{gw}`` (every admission's TURN) and
+        how many of the engines (their PLACEs)."""
+        if not cluster:
+            return cls([url])
+        from app.state import layout
+
+        async with aioredis.Redis.from_url(url) as seed:
+            ranges = await seed.cluster("slots")
+            keys = [layout.FLEET] + [layout.engine(e)[0] for e in engines]
+            slots = [int(await seed.cluster("keyslot", k)) for k in keys]
+        owner: dict[str, list[int]] = {}
+        for start, end, (host, port, *_), *_replicas in ranges:
+            node = owner.setdefault(f"redis://{host.decode()}:{port}", [0, 0])
+            node[0] += start <= slots[0] <= end
+            node[1] += sum(start <= s <= end for s in slots[1:])
+        serves = [
+            ", ".join([*(["{gw}"] if gw else []), f"{n} of {len(engines)} engines"])
+            for gw, n in owner.values()
+        ]
+        return cls(list(owner), serves)
+
+    async def flushall(self) -> None:
+        for client in self.clients:
+            await client.flushall()
+
+    async def resetstat(self) -> None:
+        for client in self.clients:
+            await client.config_resetstat()
+
+    async def cpu(self) -> list[float]:
+        return [await server_cpu(c) for c in self.clients]
+
+    async def scripts(self, per: int | None = None) -> dict[str, Any]:
+        """``script_stats`` of the one Redis; of a cluster, summed over its
+        primaries (each kept under ``primaries``): µs per ``EVALSHA``, or,
+        given ``per`` (holds, beats), per one of those — every script each
+        ran, on whichever shard. Percentiles do not add up across shards:
+        none then."""
+        if self.serves is None:
+            return await script_stats(self.clients[0])
+        each = [await script_stats(c, usec=True) for c in self.clients]
+        calls, usec = sum(s["calls"] for s in each), sum(s["usec"] for s in each)
+        return {
+            "calls": calls,
+            # What the µs are divided by: EVALSHAs, or holds, or beats.
+            "per": calls if per is None else per,
+            "usec_per_call": usec / max(1, calls if per is None else per),
+            "p50_usec": None,
+            "p99_usec": None,
+            "primaries": [
+                {"node": n, "serves": v, **s}
+                for n, v, s in zip(self.nodes, self.serves, each, strict=True)
+            ],
+        }
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
 
 
 class Probe:
@@ -284,9 +376,9 @@ async def probe_main(url: str, opts: dict[str, Any]) -> None:
 
 
 async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
-    control = aioredis.Redis.from_url(url)
-    await control.flushall()
     engines = [f"http://engine-{e}:8000" for e in range(opts["engines"])]
+    servers = await Servers.find(url, engines, bool(opts.get("cluster")))
+    await servers.flushall()
     replicas = [Replica(n, url, engines, opts) for n in range(1, opts["replicas"])]
     for replica in replicas:
         await replica.setup()
@@ -294,9 +386,12 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
     await probe.start()
     # What Redis spends with the fleet connected and nothing asked of it
     # (its own timers): not the admissions' cost.
-    idle_before = await server_cpu(control)
+    idle_before = await servers.cpu()
     await asyncio.sleep(opts["idle_seconds"])
-    idle = (await server_cpu(control) - idle_before) / opts["idle_seconds"]
+    idles = [
+        (b - a) / opts["idle_seconds"]
+        for a, b in zip(idle_before, await servers.cpu(), strict=True)
+    ]
 
     for replica in replicas:
         replica.start(opts["lease"] / 3)
@@ -307,14 +402,14 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
     for replica in replicas:
         replica.measure()
     await probe.ask("measure")
-    await control.config_resetstat()
-    cpu_before, client_before = await server_cpu(control), time.process_time()
+    await servers.resetstat()
+    cpu_before, client_before = await servers.cpu(), time.process_time()
     started = time.monotonic()
     await asyncio.sleep(opts["seconds"])
     elapsed = time.monotonic() - started
-    cpu = await server_cpu(control) - cpu_before
+    cpus = [b - a for a, b in zip(cpu_before, await servers.cpu(), strict=True)]
     client_cpu = time.process_time() - client_before
-    under_load = await script_stats(control)
+    under_load = await servers.scripts()
     probed = await probe.ask("summary")
     held = probed["held"] + sum(r.held for r in replicas)
     refused = probed["refused"] + sum(r.refused for r in replicas)
@@ -324,21 +419,22 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
     await probe.ask("stop")
     for replica in replicas:
         await replica.stop()
-    await control.config_resetstat()
+    await servers.resetstat()
     await probe.ask("beat")
     for replica in replicas:
         await replica.beat()
-    heartbeat = await script_stats(control)
-    await control.config_resetstat()
+    heartbeat = await servers.scripts(per=opts["replicas"])
+    await servers.resetstat()
     alone = (await probe.ask(f"holds {opts['isolated_holds']}"))["rtts"]
-    hold = await script_stats(control)
+    hold = await servers.scripts(per=len(alone))
 
     await probe.close()
     for replica in replicas:
         await replica.shared.aclose()
-    await control.aclose()
+    await servers.aclose()
     admissions = held + refused
-    return {
+    cpu, idle = sum(cpus), sum(idles)
+    result = {
         "replicas": opts["replicas"],
         "engines": opts["engines"],
         "offered_per_s": opts["replicas"] * opts["rate"],
@@ -359,7 +455,7 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
         "server_cpu_s": cpu,
         "server_idle_cpu_share": idle,
         # Net of what Redis spends idle.
-        "server_cpu_usec_per_admission": max(0.0, cpu - idle * elapsed) / max(1, admissions) * 1e6,
+        "server_cpu_usec_per_admission": _net(cpu, idle, elapsed, admissions),
         "server_cpu_share": cpu / elapsed,
         "load_cpu_share": client_cpu / elapsed,
         "hold_alone": hold,
@@ -367,6 +463,27 @@ async def run_fleet(url: str, opts: dict[str, Any]) -> dict[str, Any]:
         "hold_alone_rtt_p99_ms": _ms(quantile(alone, 0.99)),
         "heartbeat_alone": heartbeat,
     }
+    if servers.serves is not None:
+        # Each shard runs its scripts on one core of its own: the busiest
+        # is the one that limits the cluster.
+        shards = [
+            {
+                "node": node,
+                "serves": serves,
+                "cpu_usec_per_admission": _net(c, i, elapsed, admissions),
+                "cpu_share": c / elapsed,
+                "idle_cpu_share": i,
+            }
+            for node, serves, c, i in zip(servers.nodes, servers.serves, cpus, idles, strict=True)
+        ]
+        result["shards"] = shards
+        result["busiest_shard"] = max(shards, key=lambda s: s["cpu_usec_per_admission"])
+    return result
+
+
+def _net(cpu: float, idle: float, elapsed: float, admissions: int) -> float:
+    """CPU µs per admission, net of what Redis spends idle."""
+    return max(0.0, cpu - idle * elapsed) / max(1, admissions) * 1e6
 
 
 def _ms(seconds: float | None) -> float | None:

@@ -6,6 +6,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -13,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
+
+import redis
 
 from deploy.local import ROOT, ManagedProcess, free_port, free_port_with
 from deploy.stack import KV_EVENTS_OFFSET
@@ -206,20 +209,94 @@ class Processes:
         port = free_port()
         argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
         argv += ["--appendonly", "no"]
-        proc = self._start(name, argv, {})
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited:\n{proc.log_tail()}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-                    sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return f"redis://127.0.0.1:{port}/0"
-            except OSError:
-                pass
+        _wait_pong(self._start(name, argv, {}), port)
+        return f"redis://127.0.0.1:{port}/0"
+
+    def redis_cluster(self, name: str = "redis-cluster", node_timeout_ms: int = 15000) -> str:
+        """A Redis Cluster of six ``redis-server`` nodes, no persistence:
+        three primaries, each with a replica (as one runs it: what feeding
+        its replica costs a primary is part of what it spends), made one by
+        ``redis-cli --cluster create``; one node's URL, from which a client
+        finds the others. Each node keeps its ``nodes.conf`` in
+        ``<logs>/<name>-<i>/``. ``node_timeout_ms``: Redis's default, so
+        that a node slowed by a busy machine is not failed over mid-run."""
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is missing: apt-get install redis-tools")
+        ports = []
+        for i in range(6):
+            port = _cluster_port()
+            home = self.logs / f"{name}-{i}"
+            home.mkdir(parents=True, exist_ok=True)
+            argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+            argv += ["--appendonly", "no", "--dir", str(home), "--cluster-enabled", "yes"]
+            argv += ["--cluster-config-file", "nodes.conf"]
+            argv += ["--cluster-node-timeout", str(node_timeout_ms)]
+            _wait_pong(self._start(f"{name}-{i}", argv, {}), port)
+            ports.append(port)
+        create = [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports)]
+        create += ["--cluster-replicas", "1", "--cluster-yes"]
+        done = subprocess.run(create, capture_output=True, text=True, timeout=120, check=False)
+        (self.logs / f"{name}-create.log").write_text(done.stdout + done.stderr)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed:\n{done.stdout}{done.stderr}")
+        deadline = time.monotonic() + 120
+        while not _cluster_settled(ports):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Redis Cluster on {ports} did not settle")
             time.sleep(0.2)
-        raise TimeoutError(f"redis-server on {port} not answering")
+        return f"redis://127.0.0.1:{ports[0]}"
+
+
+def _wait_pong(proc: ManagedProcess, port: int) -> None:
+    """Return once the ``redis-server`` on ``port`` answers PING."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited:\n{proc.log_tail()}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                sock.sendall(b"PING\r\n")
+                if sock.recv(16).startswith(b"+PONG"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"redis-server on {port} not answering")
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+ 10000, Redis's rule) is free
+    too; ``free_port_with(10000)`` fails on ports above 55535."""
+    for _ in range(100):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        try:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port with a free cluster bus port beside it")
+
+
+def _cluster_settled(ports: list[int]) -> bool:
+    """Every node sees every slot served (``cluster_state:ok``), and three
+    primaries each have a replica in sync: measuring earlier would count
+    the cluster's own settling."""
+    primaries = 0
+    for port in ports:
+        with redis.Redis(port=port, socket_timeout=2, decode_responses=True) as client:
+            if client.execute_command("CLUSTER INFO")["cluster_state"] != "ok":
+                return False
+            info = client.info("replication")
+        if info["role"] == "master":
+            replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+            if not any(r.get("state") == "online" for r in replicas):
+                return False
+            primaries += 1
+    return primaries == 3
 
 
 def wait_ready(services: Iterable[Service], timeout: float = 900) -> None:
