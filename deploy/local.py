@@ -32,7 +32,7 @@ def free_port() -> int:
 
 def free_port_with(*offsets: int) -> int:
     """A free port whose neighbours at ``offsets`` are free too (an engine's
-    KV cache events beside its HTTP port)."""
+    KV cache events beside its HTTP port, a Redis Cluster node's bus)."""
     for _ in range(100):
         port = free_port()
         try:
@@ -40,7 +40,8 @@ def free_port_with(*offsets: int) -> int:
                 for offset in offsets:
                     sock = held.enter_context(socket.socket())
                     sock.bind(("127.0.0.1", port + offset))
-        except OSError:
+        # (OverflowError: a neighbour past port 65,535.)
+        except (OSError, OverflowError):
             continue
         return port
     raise RuntimeError(f"no free port with free ports at {offsets} beside it")

@@ -225,7 +225,7 @@ class Processes:
             raise RuntimeError("redis-cli is missing: apt-get install redis-tools")
         ports = []
         for i in range(6):
-            port = _cluster_port()
+            port = free_port_with(10000)  # and its cluster bus port
             home = self.logs / f"{name}-{i}"
             home.mkdir(parents=True, exist_ok=True)
             argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
@@ -263,22 +263,6 @@ def _wait_pong(proc: ManagedProcess, port: int) -> None:
             pass
         time.sleep(0.2)
     raise TimeoutError(f"redis-server on {port} not answering")
-
-
-def _cluster_port() -> int:
-    """A free port whose cluster bus port (+ 10000, Redis's rule) is free
-    too; ``free_port_with(10000)`` fails on ports above 55535."""
-    for _ in range(100):
-        port = free_port()
-        if port + 10000 > 65535:
-            continue
-        try:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port with a free cluster bus port beside it")
 
 
 def _cluster_settled(ports: list[int]) -> bool:

@@ -7,23 +7,19 @@ A node is counted failed after ``node_timeout_ms`` without an answer
 persisted; each node keeps its ``nodes.conf`` in the test's folder.
 """
 
-import contextlib
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import redis
 
 from app.state.address import ClusterAddress
-from deploy.local import free_port
+from deploy.local import free_port_with
 from tests.support.redis_server import RedisServer
 from tests.support.wait import wait_until
 
-# A node talks to the others on its port + 10,000 (the cluster bus), so its
-# port is at most 55,535.
+# A node talks to the others on its port + 10,000 (the cluster bus).
 BUS_OFFSET = 10_000
-HIGHEST = 65_535 - BUS_OFFSET
 # Bounds for states the cluster passes through; each is reached in a few
 # seconds on an idle machine.
 WAIT = 120.0
@@ -38,7 +34,7 @@ class RedisClusterNodes:
             self.nodes.append(
                 RedisServer(
                     folder,
-                    port=node_port(),
+                    port=free_port_with(BUS_OFFSET),
                     extra=[
                         "--cluster-enabled",
                         "yes",
@@ -168,15 +164,3 @@ def _state(client: redis.Redis) -> str:
     """``cluster_state`` of ``CLUSTER INFO``: ok while every slot is served."""
     info = client.execute_command("CLUSTER INFO")  # type: ignore[no-untyped-call]
     return str(info["cluster_state"])
-
-
-def node_port() -> int:
-    """A free port whose cluster bus port is free too."""
-    for _ in range(200):
-        port = free_port()
-        if port > HIGHEST:
-            continue
-        with contextlib.suppress(OSError), socket.socket() as bus:
-            bus.bind(("127.0.0.1", port + BUS_OFFSET))
-            return port
-    raise AssertionError("no free port with a free cluster bus port")
