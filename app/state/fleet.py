@@ -3,22 +3,18 @@ each engine (KV blocks, sequences, requests), and the tenants' fair-share
 clocks. In Redis; admission (``app.admission.shared``) decides with it.
 """
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any
 
 from app.identity import PRIORITIES
 from app.state import hold_scripts, layout, scripts
+from app.state.cluster_steps import ClusterSteps
 from app.state.redis import SharedRedis
 
 # What one replica holds on one engine: blocks, sequences, requests.
 Holding = tuple[int, int, int]
 # Heartbeats run every third of the lease: every third one sweeps.
 SWEEP_EVERY = 3
-# On a Redis Cluster a heartbeat is a script per engine: this many at once.
-CLUSTER_FAN_OUT = 64
 
 
 @dataclass(frozen=True)
@@ -56,13 +52,10 @@ class FleetState:
         self._shared = shared
         client = shared.client
         self._hold = client.register_script(hold_scripts.HOLD)
-        self._turn = client.register_script(hold_scripts.TURN)
-        self._place = client.register_script(hold_scripts.PLACE)
-        self._uncharge = client.register_script(hold_scripts.UNCHARGE)
         self._release = client.register_script(scripts.RELEASE)
         self._beat = client.register_script(scripts.HEARTBEAT)
-        self._fleet_beat = client.register_script(scripts.FLEET_BEAT)
-        self._engine_beat = client.register_script(scripts.ENGINE_BEAT)
+        # On a Redis Cluster, the hold and the heartbeat span slots: in steps.
+        self._steps = ClusterSteps(shared) if shared.clustered else None
         self._publish = client.register_script(scripts.PUBLISH_WAITING)
         # What this replica gave back on each engine that is not in Redis
         # yet (its release waits in the writer's queue). A heartbeat writes
@@ -117,8 +110,8 @@ class FleetState:
         args += [-1 if budget is None else budget, cap, shared.lease_ms, name, tokens]
         args += [_class_number(priority)]
         args += [rival for rival in rivals if rival != name]
-        if shared.clustered:
-            answer = await self._hold_in_steps(engine, args)
+        if self._steps is not None:
+            answer = await self._steps.hold(engine, args)
         else:
             keys = layout.fleet_state() + layout.engine(engine)
             answer = await shared.call(lambda _: self._hold(keys=keys, args=args))
@@ -138,26 +131,6 @@ class FleetState:
             vtime=float(vtime),
             starts=starts,
         )
-
-    async def _hold_in_steps(self, engine: str, args: list[str | int]) -> list[Any]:
-        """HOLD on a Redis Cluster: the turn and the charge in the fleet's
-        slot, then the room in the engine's; refused there, the charge is
-        undone. Between the two the tenant is charged for a request not yet
-        held (the fair order sees it served a moment early); a Redis lost
-        between them leaves the charge, as the request is then admitted on
-        this replica's share."""
-        shared = self._shared
-        fleet = layout.fleet_state()
-        turn = await shared.call(lambda _: self._turn(keys=fleet, args=args))
-        if int(turn[0]) != 1:
-            return list(turn)
-        place = await shared.call(lambda _: self._place(keys=layout.engine(engine), args=args))
-        served, start, vtime_before = turn[4:7]
-        if int(place[0]) == 1:
-            return [*place, served, start]
-        back = [args[6], args[7], args[8], start, vtime_before]
-        await shared.call(lambda _: self._uncharge(keys=fleet, args=back))
-        return [*place, "0", "0"]
 
     def publish_waiting(self, waiting: Mapping[str, Sequence[str]]) -> None:
         """Tell the fleet which tenants wait at this replica in each class
@@ -227,8 +200,8 @@ class FleetState:
         # keep the engine looking full. The others read one key of each.
         self._beats += 1
         sweep = int(self._beats % SWEEP_EVERY == 0)
-        if shared.clustered:
-            answer = await self._beat_in_steps(written, read, sweep)
+        if self._steps is not None:
+            answer = await self._steps.heartbeat(written, read, bool(sweep))
         else:
             keys = layout.fleet_state() + [k for e in written for k in layout.engine(e)]
             keys += [k for e in read for k in (layout.engine(e) if sweep else layout.engine(e)[:1])]
@@ -246,27 +219,6 @@ class FleetState:
         return {
             e: (totals[3 * i], totals[3 * i + 1], totals[3 * i + 2]) for i, e in enumerate(engines)
         }
-
-    async def _beat_in_steps(
-        self, written: Mapping[str, list[int]], read: Sequence[str], sweep: int
-    ) -> list[Any]:
-        """HEARTBEAT on a Redis Cluster: the fleet's part in its slot, then
-        each engine's in its own (CLUSTER_FAN_OUT at once); the same answer."""
-        shared = self._shared
-        base: list[str | int] = [shared.replica, shared.lease_ms, sweep]
-        fleet = partial(self._fleet_beat, keys=layout.fleet_state(), args=base[:2])
-        calls: list[Callable[[], Awaitable[Any]]] = [fleet]
-        for engine, truth in written.items():
-            calls.append(
-                partial(self._engine_beat, keys=layout.engine(engine), args=[*base, *truth])
-            )
-        for engine in read:
-            calls.append(partial(self._engine_beat, keys=layout.engine(engine), args=base))
-        answer: list[Any] = []
-        for at in range(0, len(calls), CLUSTER_FAN_OUT):
-            for one in await asyncio.gather(*(c() for c in calls[at : at + CLUSTER_FAN_OUT])):
-                answer += one if isinstance(one, list) else [one]
-        return answer
 
     async def clocks(
         self, queued: Mapping[str, Iterable[str]]

@@ -1,5 +1,6 @@
 """Shared state whose cost does not grow with the fleet, in a real
-redis-server: an admission and a heartbeat run as many commands in Redis at
+redis-server (and what is not about counting commands, on a real Redis
+Cluster too): an admission and a heartbeat run as many commands in Redis at
 48 live replicas as at 4; a dead replica's holdings and waiting tenants come
 back on the admission path itself, and a replica that was only slow counts
 again, whole; giving back never takes what the others hold; a tenant
@@ -15,6 +16,7 @@ import redis.asyncio as aioredis
 from app.state.fleet import FleetState
 from app.state.redis import SharedRedis
 from app.state.redis_limits import RedisLimits
+from tests.support.redis_cluster import RedisClusterNodes
 from tests.support.redis_server import RedisServer, replicas_of
 from tests.support.wait import wait_for
 
@@ -165,9 +167,9 @@ async def test_what_a_replica_held_is_written_off_once_then_only_read(
 
 
 async def test_a_dead_replicas_holdings_come_back_in_a_heartbeat_that_only_reads(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis_store, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
 
@@ -181,9 +183,9 @@ async def test_a_dead_replicas_holdings_come_back_in_a_heartbeat_that_only_reads
 
 
 async def test_a_dead_replicas_holdings_come_back_on_the_admission_path(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis_store, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
 
@@ -196,8 +198,10 @@ async def test_a_dead_replicas_holdings_come_back_on_the_admission_path(
         assert await wait_for(fits, timeout=30)
 
 
-async def test_a_replica_that_was_only_slow_counts_again_whole(redis: RedisServer) -> None:
-    async with replicas_of(redis, 2, lease=1.0) as replicas:
+async def test_a_replica_that_was_only_slow_counts_again_whole(
+    redis_store: RedisServer | RedisClusterNodes,
+) -> None:
+    async with replicas_of(redis_store, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (20, 1, 1), (24, 100), ("normal", "t", 1))).ok
 
@@ -214,9 +218,9 @@ async def test_a_replica_that_was_only_slow_counts_again_whole(redis: RedisServe
 
 
 async def test_giving_back_more_than_was_held_never_takes_what_others_hold(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 2, LONG) as replicas:
+    async with replicas_of(redis_store, 2, LONG) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (10, 1, 1), (100, 100), ("normal", "t", 1))).ok
         assert (await second.hold("e", (6, 1, 1), (100, 100), ("normal", "t", 1))).ok
@@ -239,9 +243,9 @@ async def test_giving_back_more_than_was_held_never_takes_what_others_hold(
 
 
 async def test_a_tenant_published_only_here_does_not_make_this_replica_wait(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 2, LONG) as replicas:
+    async with replicas_of(redis_store, 2, LONG) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await first.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
         # "light" (clock 0) is published as waiting at the first replica: it
@@ -252,9 +256,9 @@ async def test_a_tenant_published_only_here_does_not_make_this_replica_wait(
 
 
 async def test_a_tenant_waiting_at_two_replicas_waits_until_neither_has_it(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 3, LONG) as replicas:
+    async with replicas_of(redis_store, 3, LONG) as replicas:
         first, second, third = (FleetState(one) for one in replicas)
         assert (await third.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
         await first.publish({"normal": ["light"]})
@@ -268,9 +272,9 @@ async def test_a_tenant_waiting_at_two_replicas_waits_until_neither_has_it(
 
 
 async def test_a_dead_replicas_waiting_tenants_stop_counting_on_the_admission_path(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis_store, 2, lease=1.0) as replicas:
         first, second = (FleetState(one) for one in replicas)
         assert (await second.hold("e", (1, 1, 1), (100, 100), ("normal", "heavy", 500))).ok
         await first.publish({"normal": ["light"]})
@@ -285,9 +289,9 @@ async def test_a_dead_replicas_waiting_tenants_stop_counting_on_the_admission_pa
 
 
 async def test_a_dead_replicas_slots_come_back_when_a_slot_is_asked_for(
-    redis: RedisServer,
+    redis_store: RedisServer | RedisClusterNodes,
 ) -> None:
-    async with replicas_of(redis, 2, lease=1.0) as replicas:
+    async with replicas_of(redis_store, 2, lease=1.0) as replicas:
         first, second = (RedisLimits(one) for one in replicas)
         assert await first.acquire_slot("k", 1)
 

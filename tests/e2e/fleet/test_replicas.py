@@ -70,16 +70,29 @@ async def test_a_burst_split_over_two_replicas_fits_one_budget_only_when_shared(
         gateway.process.stop()
     assert wait_until(lambda: engine_idle(idle_engine.metric), timeout=60)
 
-    shared = pair(
-        start_gateway, idle_engine, redis_url=redis.url, queue_timeout=300, overcommit_max=1
-    )
-    before = preemptions(idle_engine)
-    bodies = await burst(shared, 8)
-    assert all(b.endswith(b"data: [DONE]\n\n") for b in bodies)
-    with_redis = preemptions(idle_engine) - before
+    with_redis = await shared_burst(start_gateway, idle_engine, redis.settings())
     print(f"\npreemptions: two replicas alone {unshared:.0f}, sharing Redis {with_redis:.0f}")
     assert unshared > 0
     assert with_redis == 0
+
+
+async def test_the_same_burst_fits_one_budget_shared_on_a_cluster(
+    idle_engine: Engine, start_gateway: StartGateway, redis_cluster: RedisClusterNodes
+) -> None:
+    """The shared half of the burst above, each hold in two steps over the
+    cluster's slots (the half alone preempts, above, as on one Redis)."""
+    redis_cluster.flush()
+    assert await shared_burst(start_gateway, idle_engine, redis_cluster.settings()) == 0
+
+
+async def shared_burst(start: StartGateway, engine: Engine, store: dict[str, object]) -> float:
+    """The preemptions of eight 600-token streams through two replicas
+    sharing ``store``."""
+    shared = pair(start, engine, **store, queue_timeout=300, overcommit_max=1)
+    before = preemptions(engine)
+    bodies = await burst(shared, 8)
+    assert all(b.endswith(b"data: [DONE]\n\n") for b in bodies)
+    return preemptions(engine) - before
 
 
 async def test_a_tenant_with_ten_times_the_load_over_both_replicas_does_not_starve_another(
