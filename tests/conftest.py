@@ -110,9 +110,7 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
 
 
 @pytest.fixture(params=["one", "cluster"])
-def redis_store(
-    request: pytest.FixtureRequest, tmp_path: Path
-) -> Iterator[RedisServer | RedisClusterNodes]:
+def redis_store(request: pytest.FixtureRequest) -> Iterator[RedisServer | RedisClusterNodes]:
     """The shared state's Redis, each way the gateway runs on it: one
     redis-server of the test's own, then the session's cluster, emptied."""
     if request.param == "cluster":
@@ -120,9 +118,4 @@ def redis_store(
         cluster.flush()
         yield cluster
         return
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield request.getfixturevalue("redis")
