@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     # of the prefix benchmark, and far above where the documents overflow
     # one engine's cache (docs/benchmarks.md). 0: it goes elsewhere at once.
     routing_affinity_wait: float = Field(10.0, ge=0)
+    # What room such a waiting request takes elsewhere: ``room`` no one
+    # behind it took in a dispatch round, or only an ``idle`` engine's
+    # (nothing in flight there: its prompt then evicts no one's cache).
+    routing_affinity_steal: Literal["room", "idle"] = "room"
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
     prefix_aware_demand: bool = True

@@ -66,6 +66,7 @@ class AdmissionController:
                 max_queue_bytes=settings.queue_max_bytes,
                 max_wait=settings.queue_timeout,
                 affinity_wait=settings.routing_affinity_wait,
+                affinity_steal=settings.routing_affinity_steal,
             ),
             router,
         )

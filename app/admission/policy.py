@@ -105,6 +105,7 @@ when the prediction may refuse, and what a refused client is told, is
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Literal
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
@@ -140,6 +141,9 @@ class PolicyConfig:
     # most of its prompt (prefix routing with KV cache events) while another
     # has room (``app.routing.prefix``); 0: never.
     affinity_wait: float = default("routing_affinity_wait")
+    # Where such a waiter takes room elsewhere: any no one behind it took
+    # (``room``), or only an engine with nothing in flight (``idle``).
+    affinity_steal: Literal["room", "idle"] = default("routing_affinity_steal")
 
 
 @dataclass(frozen=True)
@@ -313,13 +317,19 @@ class AdmissionPolicy:
         # while others can use that room, never beside it while it idles.
         for waiter in sorted(passed, key=lambda w: (PRIORITIES.index(w.priority), w.arrival)):
             placed = self._place(waiter) if waiter.deadline > now else None
-            if placed is not None and not isinstance(placed, Wait):
+            if placed is not None and not isinstance(placed, Wait) and self._may_take(placed[0]):
                 passed.discard(waiter)
                 budget, choice = placed
                 return Decision(waiter, budget, choice), expired
         self.forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         self._round += 1
         return None, expired
+
+    def _may_take(self, budget: EngineBudget) -> bool:
+        """Whether a waiter for its prompt's engine may take room on ``budget``'s."""
+        if self.config.affinity_steal == "room":
+            return True
+        return budget.in_flight + budget.others_in_flight == 0
 
     def commit(self, decision: "Decision") -> Reservation:
         waiter = decision.waiter

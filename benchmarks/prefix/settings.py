@@ -23,6 +23,8 @@ class Setting:
     affinity_wait: float | None = None
     # GATEWAY_ROUTING_SCORERS (None: the preset ``routing`` names).
     scorers: str | None = None
+    # GATEWAY_ROUTING_AFFINITY_STEAL (None: the gateway's default).
+    steal: str | None = None
 
     @property
     def slug(self) -> str:
@@ -38,6 +40,13 @@ EVENTS_WAIT = Setting("prefix, KV events, wait 1 s", "prefix", kv_events=True, a
 EVENTS_WAIT_LONG = Setting(
     "prefix, KV events, wait 10 s", "prefix", kv_events=True, affinity_wait=10.0
 )
+EVENTS_WAIT_IDLE = Setting(
+    "prefix, KV events, wait 10 s, idle only",
+    "prefix",
+    kv_events=True,
+    affinity_wait=10.0,
+    steal="idle",
+)
 EVENTS_QUEUE = Setting(
     "prefix + in_flight 0.5, KV events", "prefix", kv_events=True, scorers="prefix=1,in_flight=0.5"
 )
@@ -52,11 +61,22 @@ RAG = [
     EVENTS,
     EVENTS_WAIT,
     EVENTS_WAIT_LONG,
+    EVENTS_WAIT_IDLE,
     EVENTS_QUEUE,
     ROUTER_CACHE,
     ROUTER_KV,
 ]
-SKEWED = [KEY, LEAST, EVENTS, EVENTS_WAIT, EVENTS_WAIT_LONG, EVENTS_QUEUE, ROUTER_CACHE, ROUTER_KV]
+SKEWED = [
+    KEY,
+    LEAST,
+    EVENTS,
+    EVENTS_WAIT,
+    EVENTS_WAIT_LONG,
+    EVENTS_WAIT_IDLE,
+    EVENTS_QUEUE,
+    ROUTER_CACHE,
+    ROUTER_KV,
+]
 ALL = {s.name: s for s in RAG + SKEWED}
 
 
@@ -78,6 +98,8 @@ def start(
         env["GATEWAY_ROUTING_AFFINITY_WAIT"] = str(setting.affinity_wait)
     if setting.scorers is not None:
         env["GATEWAY_ROUTING_SCORERS"] = setting.scorers
+    if setting.steal is not None:
+        env["GATEWAY_ROUTING_AFFINITY_STEAL"] = setting.steal
     return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
 
 

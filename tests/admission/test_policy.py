@@ -17,7 +17,7 @@ from tests.support.routing import PrefixRoute, prefix_router
 
 
 def policy(
-    blocks: int = 10, block_size: int = 100, engines: int = 1, **config: float
+    blocks: int = 10, block_size: int = 100, engines: int = 1, **config: float | str
 ) -> AdmissionPolicy:
     budget_fields = set(BudgetConfig.__dataclass_fields__)
     budget = BudgetConfig(**{k: v for k, v in config.items() if k in budget_fields})  # type: ignore[arg-type]
@@ -540,10 +540,18 @@ def test_a_pinned_request_waits_for_its_engine_while_others_have_room() -> None:
     assert p.queued == 1
 
 
-def held_on_e0(affinity_wait: float) -> tuple[AdmissionPolicy, PromptBlocks, Reservation]:
+def held_on_e0(
+    affinity_wait: float, steal: str = "room"
+) -> tuple[AdmissionPolicy, PromptBlocks, Reservation]:
     """Two engines of 10 blocks, e0 reporting that it holds a prompt's
     blocks, and full: a request for that prompt fits only on e1 now."""
-    p = policy(blocks=10, engines=2, affinity_wait=affinity_wait, max_request_share=1.0)
+    p = policy(
+        blocks=10,
+        engines=2,
+        affinity_wait=affinity_wait,
+        affinity_steal=steal,
+        max_request_share=1.0,
+    )
     indexes = {f"e{i}": BlockIndex() for i in range(2)}
     p.router = prefix_router(ReportedCache(indexes))
     prompt = PromptBlocks(tuple(range(8)))
@@ -585,6 +593,35 @@ def test_a_waiter_takes_room_elsewhere_that_no_one_behind_it_took() -> None:
     assert reservation.engine == "e1"
     assert reservation.choice is not None
     assert reservation.choice.waited_for == "e0"
+
+
+def held_on_e0_with_e1_busy(steal: str) -> tuple[AdmissionPolicy, Waiter]:
+    """e0 holds the prompt and is full; e1 runs one small request and has
+    room for the waiter beside it."""
+    p, prompt, _ = held_on_e0(affinity_wait=30.0, steal=steal)
+    busy = add(p, waiter("u", affinity=8, tokens=100, at=0.0, pinned="e1"))
+    ((w, _),) = admit_all(p, now=0.0)
+    assert w is busy
+    return p, add(p, waiter("t", affinity=7, prompt=prompt, at=0.0))
+
+
+def test_an_idle_only_waiter_takes_no_room_beside_others_requests() -> None:
+    """``affinity_steal="idle"``: e1 runs a request, so the waiter keeps
+    waiting for e0 (its prompt would evict e1's cached prompts), where
+    ``room`` sends it to e1 at once."""
+    p, held = held_on_e0_with_e1_busy("idle")
+    assert admit_all(p, now=0.1) == []
+    assert p.still_queued(held)
+    p, held = held_on_e0_with_e1_busy("room")
+    ((w, reservation),) = admit_all(p, now=0.1)
+    assert (w, reservation.engine) == (held, "e1")
+
+
+def test_an_idle_only_waiter_takes_an_idle_engine() -> None:
+    p, prompt, _ = held_on_e0(affinity_wait=30.0, steal="idle")
+    held = add(p, waiter("t", affinity=7, prompt=prompt, at=0.0))
+    ((w, reservation),) = admit_all(p, now=0.1)
+    assert (w, reservation.engine) == (held, "e1")
 
 
 def test_the_wait_is_bounded_then_the_request_goes_before_those_behind_it() -> None:
