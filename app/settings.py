@@ -59,15 +59,17 @@ class Settings(BaseSettings):
     routing_load_slack: int = Field(2, ge=0)
     # Prefix routing on KV cache events: how long a request may wait for the
     # engine that holds the most of its prompt while another has room,
-    # seconds. It waits only while others take that room (room no one
-    # behind it took, it takes); measured at or above no wait on every mix
+    # seconds. It waits only while others take that room (an idle engine
+    # it takes: ``routing_affinity_steal``); measured at or above no wait on every mix
     # of the prefix benchmark, and far above where the documents overflow
     # one engine's cache (docs/benchmarks.md). 0: it goes elsewhere at once.
     routing_affinity_wait: float = Field(10.0, ge=0)
-    # What room such a waiting request takes elsewhere: ``room`` no one
-    # behind it took in a dispatch round, or only an ``idle`` engine's
-    # (nothing in flight there: its prompt then evicts no one's cache).
-    routing_affinity_steal: Literal["room", "idle"] = "room"
+    # What room such a waiting request takes elsewhere: only an ``idle``
+    # engine's (nothing in flight there: its prompt evicts no running
+    # request's cached prompt), or any room no one behind it took in a
+    # dispatch round (``room``). ``idle`` measured at or above ``room`` on
+    # every mix of the prefix benchmark (docs/benchmarks.md).
+    routing_affinity_steal: Literal["room", "idle"] = "idle"
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
     prefix_aware_demand: bool = True

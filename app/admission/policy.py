@@ -90,8 +90,10 @@ on. One waiter is passed over instead of waited behind: a request that
 waits by choice for the engine holding its prompt (``affinity_wait``,
 ``app.routing.router``) keeps its place while the ones behind it go — for
 a bounded time, after which it is placed where it fits like any other. It
-waits only while others use the room it could take elsewhere: room that
-no one behind it took in a dispatch round, it takes.
+waits only while others use the room it could take elsewhere: an engine
+with nothing in flight it takes at once (``affinity_steal`` ``idle``, the
+default: beside running requests its prompt would evict theirs), or, with
+``room``, any room no one behind it took in a dispatch round.
 
 *Refusing early, and Retry-After.* A new request whose predicted wait is
 surely longer than the queue's deadline is refused at once rather than after it
@@ -141,8 +143,8 @@ class PolicyConfig:
     # most of its prompt (prefix routing with KV cache events) while another
     # has room (``app.routing.prefix``); 0: never.
     affinity_wait: float = default("routing_affinity_wait")
-    # Where such a waiter takes room elsewhere: any no one behind it took
-    # (``room``), or only an engine with nothing in flight (``idle``).
+    # Where such a waiter takes room elsewhere: only on an engine with
+    # nothing in flight (``idle``), or any no one behind it took (``room``).
     affinity_steal: Literal["room", "idle"] = default("routing_affinity_steal")
 
 
