@@ -315,8 +315,9 @@ class AdmissionPolicy:
                 return Decision(waiter, budget, choice), expired
             full_models.add(waiter.model)
         # The end of a dispatch round. A waiter waiting for its prompt's
-        # engine takes room elsewhere that no one behind it took: it waits
-        # while others can use that room, never beside it while it idles.
+        # engine takes room elsewhere that no one behind it took, where
+        # ``_may_take`` lets it: it waits while others can use that room,
+        # never beside an idle engine.
         for waiter in sorted(passed, key=lambda w: (PRIORITIES.index(w.priority), w.arrival)):
             placed = self._place(waiter) if waiter.deadline > now else None
             if placed is not None and not isinstance(placed, Wait) and self._may_take(placed[0]):
