@@ -38,6 +38,7 @@ the request.
 """
 
 import logging
+import time
 from types import TracebackType
 
 import anyio
@@ -106,6 +107,10 @@ class Flight:
         self._ended_by: Exception | None = None
         self._cancel: anyio.CancelScope | None = None
         self._group: TaskGroup | None = None
+        # When it was admitted last, and how long before its end it hands
+        # its place on (``app.admission.refill``, *Handing on*).
+        self._admitted_at = 0.0
+        self._ahead = 0.0
 
     async def __aenter__(self) -> "Flight":
         self._services.drain.enter()
@@ -195,6 +200,7 @@ class Flight:
             reason = route_reason(hold.choice, retry=bool(self._tried))
             queued.admitted(hold.engine, reason, services.router.name)
         self._tried.append(hold.engine)
+        self._admitted_at = time.perf_counter()
         record.admitted(engine_label(hold.engine), len(self._tried))
         services.metrics.in_flight.inc()
 
@@ -224,6 +230,9 @@ class Flight:
                 content_type=job.upstream_type,
             )
             if job.stream:
+                # How long before its end it hands its place on: what the
+                # way here took, as its engine's streams measure it.
+                self._ahead = self._hold.opened(time.perf_counter() - self._admitted_at)
                 await self._relay_stream()
             else:
                 await self._relay_whole(self._upstream)
@@ -231,9 +240,15 @@ class Flight:
     async def _relay_stream(self) -> None:
         assert self._admission is not None
         assert self._upstream is not None
+        job, hold = self._admission.job, self._hold
         self._relay = relay = relay_for(
-            self._admission.job, self.record, self._services.metrics, charged=self._terms.charged
+            job, self.record, self._services.metrics, charged=self._terms.charged
         )
+        if job.max_tokens is not None and hold is not None:
+            # Its place in the engine's batch goes to the next request
+            # shortly before it ends, so that one is already there.
+            bound = job.max_tokens * job.n * len(job.prompts)
+            relay.ending_within(self._ahead, bound, hold.hand_on)
         sender = await self._open_stream()
         await sender.pump(self._upstream.chunks(), relay)
         relay.finish()

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from app.admission.controller import AdmissionController
 from app.drain import Drain
 from tests.support.asgi import Exchange, in_process_gateway
 from tests.support.asgi_streams import STREAM, final_error, open_stream
@@ -172,4 +173,45 @@ async def test_a_non_streaming_5xx_is_retried_once_elsewhere_and_not_twice() -> 
         assert a.calls.empty()
         assert b.calls.empty()
         assert gateway.metric("gateway_requests_total", outcome="failed") == 1
+        assert gateway.settled()
+
+
+# --- its place in the engine's batch ------------------------------------------------
+
+
+@pytest.mark.parametrize("ahead", [1.0, 0.0], ids=["handed-on", "off"])
+async def test_a_stream_due_to_reach_its_max_tokens_hands_its_place_to_the_next(
+    ahead: float,
+) -> None:
+    """One sequence at once: the queued request is admitted while the first
+    still streams — once its last token came (due within any time ahead),
+    before its ``[DONE]`` — and not before its end when handing on is off.
+    The first's blocks stay held until it ends."""
+    async with in_process_gateway(max_concurrency=1, refill_ahead_seconds=ahead) as gateway:
+        first, call = await open_stream(gateway, max_tokens=2)
+        queued = gateway.request(COMPLETIONS, {**BODY, "stream": True})
+        assert await wait_for(lambda: gateway.metric("gateway_queue_depth") == 1, timeout=30)
+        call.send(chunk("a") + chunk("b", finish="length"))
+        await first.wait_for(lambda e: b'"b"' in e.body)
+        if ahead:
+            _, second = await next_call(gateway.engine)
+            assert gateway.metric("gateway_queue_depth") == 0
+            admission = gateway.services.admission
+            assert isinstance(admission, AdmissionController)
+            (budget,) = admission.policy.engines.values()
+            assert budget.in_flight == 2
+            assert budget.running_sequences == 1
+        else:
+            assert gateway.metric("gateway_queue_depth") == 1
+            assert gateway.engine.calls.empty()
+        call.send(DONE)
+        call.end()
+        await first.done()
+        if not ahead:
+            _, second = await next_call(gateway.engine)
+        second.stream()
+        second.send(chunk("x", finish="stop") + DONE)
+        second.end()
+        await queued.done()
+        assert gateway.metric("gateway_requests_total", outcome="completed") == 2
         assert gateway.settled()

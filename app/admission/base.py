@@ -43,6 +43,14 @@ class Hold(Protocol):
     def choice(self) -> Choice | None:
         """How the router placed it (None: not told)."""
 
+    def opened(self, travel: float) -> float:
+        """Its engine answered its stream ``travel`` seconds after its
+        admission; how many seconds before its end to ``hand_on``."""
+
+    def hand_on(self) -> None:
+        """The request is about to end: let the next one have its place in
+        the engine's batch now (``app.admission.refill``, *Handing on*)."""
+
     def release(self, record: RequestRecord) -> None:
         """Give the capacity back; the record carries what the request used."""
 
@@ -92,6 +100,12 @@ class _CountedHold:
     released: bool = field(default=False)
     choice: Choice | None = None
     adapter: str | None = None
+
+    def opened(self, travel: float) -> float:
+        return 0.0  # nothing waits here for a place
+
+    def hand_on(self) -> None:
+        return None  # nothing waits here for its place
 
     def release(self, record: RequestRecord) -> None:
         if not self.released:

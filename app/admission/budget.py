@@ -48,6 +48,9 @@ class Reservation:
     blocks: int
     sequences: int = 1
     released: bool = False
+    # Its sequence slots were handed on before its end (``hand_on``): its
+    # blocks stay held until it is released.
+    handed_on: bool = False
     # The prompt prefix it holds on the engine (counted once there).
     prefix: tuple[int, ...] = ()
     # The LoRA adapter it asks for, if its model is one there.
@@ -157,6 +160,7 @@ class EngineBudget:
             "share": round(self.share, 3),
             "learned_sequence_cap": self.sequence_cap,
             "refill_lead": self.refill.lead,
+            "refill_travel_seconds": self.refill.travel,
             "max_sequences": self.max_sequences,
             "in_flight": self.in_flight,
             "running_sequences": self.running_sequences,
@@ -218,9 +222,15 @@ class EngineBudget:
             self.id, waiter.tokens, blocks, sequences, prefix=pieces, adapter=adapter
         )
 
+    def hand_on(self, reservation: Reservation) -> None:
+        """Give ``reservation``'s sequence slots to whoever is next, its
+        blocks kept: it is about to end (``AdmissionPolicy.hand_on``)."""
+        self.running_sequences -= reservation.sequences
+
     def release(self, reservation: Reservation) -> None:
         self.in_flight -= 1
-        self.running_sequences -= reservation.sequences
+        if not reservation.handed_on:
+            self.running_sequences -= reservation.sequences
         self.reserved_blocks -= reservation.blocks
         for piece in reservation.prefix:
             held = self.prefixes.get(piece, 0) - 1

@@ -73,6 +73,7 @@ class AdmissionController:
         self.estimator = estimator
         self._metrics = AdmissionMetrics(metrics)
         self._queue_timeout = settings.queue_timeout
+        self._refill_ahead = settings.refill_ahead_seconds
         self._retry_after_unavailable = settings.retry_after_unavailable
         self._fixed_blocks = settings.kv_blocks
         self._fixed_block_size = settings.kv_block_size
@@ -155,7 +156,7 @@ class AdmissionController:
         reservation = future.result()
         self._metrics.queue_wait(time.monotonic() - waiter.arrival)
         self._metrics.routed(reservation)
-        return KvHold(self.give_back, reservation, request)
+        return KvHold(self.give_back, reservation, request, self.hand_on, self.opened)
 
     def enqueue(self, waiter: Waiter, *, front: bool = False) -> "asyncio.Future[Reservation]":
         """Queue ``waiter`` (the policy may refuse it: ``QueueFull``); the
@@ -239,6 +240,14 @@ class AdmissionController:
         self._publish()
 
     # --- what the dispatcher and the holds call back ----------------------------
+
+    def opened(self, reservation: Reservation, travel: float) -> float:
+        return self.policy.opened(reservation, travel, self._refill_ahead)
+
+    def hand_on(self, reservation: Reservation) -> None:
+        if self.policy.hand_on(reservation):
+            self._dispatch.handed_on(reservation)
+            self._dispatch.dispatch()
 
     def give_back(self, reservation: Reservation, used: tuple[int, int] | None = None) -> None:
         if self.policy.release(reservation, used):

@@ -14,13 +14,24 @@ from app.routing.base import Choice
 
 # Gives a reservation back, with (prompt, output) tokens a completed request used.
 GiveBack = Callable[[Reservation, tuple[int, int] | None], None]
+# Hands a reservation's sequence slots on before its end.
+HandOn = Callable[[Reservation], None]
+# A stream's engine answered after so many seconds; how long ahead to hand on.
+Opened = Callable[[Reservation, float], float]
 
 
 class KvHold:
     def __init__(
-        self, give_back: GiveBack, reservation: Reservation, request: AdmissionRequest
+        self,
+        give_back: GiveBack,
+        reservation: Reservation,
+        request: AdmissionRequest,
+        hand_on: HandOn | None = None,
+        opened: Opened | None = None,
     ) -> None:
         self._give_back = give_back
+        self._hand_on = hand_on
+        self._opened = opened
         self.reservation = reservation
         self._request = request
 
@@ -31,6 +42,15 @@ class KvHold:
     @property
     def choice(self) -> Choice | None:
         return self.reservation.choice
+
+    def opened(self, travel: float) -> float:
+        if self._opened is None:
+            return 0.0
+        return self._opened(self.reservation, travel)
+
+    def hand_on(self) -> None:
+        if self._hand_on is not None and not self.reservation.released:
+            self._hand_on(self.reservation)
 
     def release(self, record: RequestRecord) -> None:
         if self.reservation.released:

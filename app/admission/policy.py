@@ -371,6 +371,29 @@ class AdmissionPolicy:
 
     # --- reservations ---------------------------------------------------------
 
+    def opened(self, reservation: Reservation, travel: float, most: float) -> float:
+        """Its engine answered the stream's call ``travel`` seconds after
+        admission; how long before its end it hands its place on (at most
+        ``most``; ``app.admission.refill``, *Handing on*)."""
+        budget = self.engines.get(reservation.engine)
+        if budget is None:
+            return 0.0
+        budget.refill.travelled(travel)
+        return budget.refill.ahead(most)
+
+    def hand_on(self, reservation: Reservation) -> bool:
+        """Its request is about to end (``app.admission.refill``, *Handing
+        on*): its sequence slots go to whoever is next, its blocks stay until
+        it is released. False (and no change) if it was handed on or
+        released already."""
+        if reservation.released or reservation.handed_on:
+            return False
+        reservation.handed_on = True
+        budget = self.engines.get(reservation.engine)
+        if budget is not None:
+            budget.hand_on(reservation)
+        return True
+
     def release(self, reservation: Reservation, used: tuple[int, int] | None = None) -> bool:
         """Give a reservation back; False (and no change) if it already was.
         ``used`` — (prompt, output) tokens of a completed request — feeds the

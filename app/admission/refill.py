@@ -32,11 +32,38 @@ tick. What it costs fairness: at most ``lead`` admitted requests wait in the
 engine's FIFO, so a request of a higher class or a lighter tenant arriving
 then is served after them — after about ``lead`` completions, a fraction of
 a second under overload — and once admitted, its deadline no longer applies.
+
+*Handing on.* The lead follows what once-a-second ticks can see. Streams
+admitted together with the same ``max_tokens`` also end together — the
+same step, when answers run to their bound — and a whole batch's slots then
+empty at once: measured at 30 reads a second under overload (256 users,
+``max_tokens`` 256, 128 sequences), the engine ran 0–60 sequences for
+0.4–2.6 s at every batch's end while the next batch travelled through the
+gateway and the engine's API server; direct, the engine's queue held it
+ready. So a stream that will reach its ``max_tokens`` soon, at the pace it
+has kept, hands its sequence slot on (``Hold.hand_on``): the next request
+is admitted then, waits in the engine's queue, and starts the step the
+stream ends. How soon is what a refill takes to travel, as measured: twice
+the running mean of the time from an admission to the engine's answer's
+head (its API server has taken the request in), at most
+``refill_ahead_seconds`` — tens of milliseconds on an engine whose API
+server has cores of its own, a second or more here while a whole batch
+travels at once (with a fixed 1 s the batch still arrived late). Its
+blocks stay held until it ends, so the KV budget still counts both. What
+it costs fairness is the lead's, bounded in time: a request handed a place
+waits in the engine's FIFO about that long at most. A stream that stops
+earlier, or a non-streamed answer, hands nothing on (the gateway cannot
+see its end coming); the lead is for those.
 """
 
 import math
 
 PATIENCE = 3
+# A stream hands on this many times the refill's measured travel before its
+# end: the travel varies with what the engine's API server has on hand.
+MARGIN = 2.0
+# The weight of a new travel time in its running mean.
+ALPHA = 0.1
 
 
 class RefillLead:
@@ -45,6 +72,19 @@ class RefillLead:
         self.lead = 0
         self._deep = 0
         self._empty = 0
+        # A refill's travel: from admission to the engine's answer's head,
+        # seconds (a running mean; None until a stream measured it).
+        self.travel: float | None = None
+
+    def travelled(self, seconds: float) -> None:
+        """An admitted stream's engine answered ``seconds`` after admission."""
+        travel = self.travel
+        self.travel = seconds if travel is None else travel + ALPHA * (seconds - travel)
+
+    def ahead(self, most: float) -> float:
+        """How long before its end a stream hands its place on: ``MARGIN``
+        times the travel, at most ``most`` (nothing before a travel is known)."""
+        return 0.0 if self.travel is None else min(most, MARGIN * self.travel)
 
     def observe(
         self, cap: int, running: float, waiting: float, *, queued: bool, at_cap: bool

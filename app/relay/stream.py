@@ -3,7 +3,8 @@
 This is the hot path's logic: every upstream read crosses ``StreamRelay.feed``.
 Per read it does one regex scan for event ends, substring tests and one
 count for the usage chunk, the ``[DONE]`` marker, an engine error and the
-events sent, and one histogram observation. JSON is parsed only until the
+events sent, one histogram observation and, until it is due, one product
+for the hand-on of the stream's place (``ending_within``). JSON is parsed only until the
 first token and for the final usage chunk. The sends around it are
 ``app.relay.sse``; the client and the drain are watched by ``app.flight``.
 
@@ -13,6 +14,8 @@ far (``app.relay.exact``: a stream charged to a key), the Responses API's
 named events (``app.relay.responses``). ``relay_for`` picks one per request,
 by its route's stream kind (``app.routes``).
 """
+
+from collections.abc import Callable
 
 from app.errors import UpstreamFailed
 from app.metrics import GatewayMetrics
@@ -54,6 +57,21 @@ class StreamRelay:
         self._events = 0
         self._saw_done = False
         self._engine_error = False
+        # Called once when the stream will reach its token bound within
+        # ``_ahead`` seconds (``ending_within``).
+        self._ending: Callable[[], None] | None = None
+        self._bound = 0
+        self._ahead = 0.0
+
+    def ending_within(self, seconds: float, bound: int, call: Callable[[], None]) -> None:
+        """Call ``call`` once, when the stream is ``seconds`` from its
+        ``bound`` of events — its ``max_tokens`` times its sequences, one
+        token or more each (``app.admission.refill``, *Handing on*). The
+        time left is the events left at the pace the stream has kept so
+        far. A stream that stops earlier (a stop token, a stop string)
+        never calls it."""
+        if seconds > 0 and bound > 0:
+            self._ending, self._bound, self._ahead = call, bound, seconds
 
     def feed(self, raw: bytes, now: float) -> bytes:
         """Take bytes read from the engine at ``now``; return the whole
@@ -71,7 +89,19 @@ class StreamRelay:
             if self._last_sent:
                 self._inter_token.observe(now - self._last_sent)
             self._last_sent = now
+            if self._ending is not None:
+                self._check_ending(now, record.first_token_at)
         return data
+
+    def _check_ending(self, now: float, first: float) -> None:
+        events = self._events
+        if events < 2:
+            return  # no pace yet
+        pace = (now - first) / (events - 1)
+        if (self._bound - events) * pace <= self._ahead:
+            call, self._ending = self._ending, None
+            if call is not None:
+                call()
 
     def restart(self) -> None:
         """Start over on another engine's stream (nothing was sent yet)."""

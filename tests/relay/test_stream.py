@@ -1,10 +1,15 @@
 """What a relayed stream forwards and what it says about the request
 (``app.relay.stream``), in-process: the usage chunk dropped unless the
-client asked for it, content carrying usage never taken for it, and a
-stream that ends without ``[DONE]`` a failure."""
+client asked for it, content carrying usage never taken for it, a stream
+that ends without ``[DONE]`` a failure, and a stream due to reach its
+``max_tokens`` within the time ahead saying so once."""
 
 import json
 
+from app.metrics import GatewayMetrics
+from app.record import RequestRecord, Telemetry
+from app.relay.stream import StreamRelay
+from app.routes import OPENAI_USAGE
 from tests.support.asgi import in_process_gateway
 from tests.support.asgi_streams import events, final_error, open_stream
 from tests.support.scripted_engine import DONE, chunk, usage_chunk
@@ -51,3 +56,36 @@ async def test_a_stream_without_done_is_a_failure() -> None:
         await exchange.done()
         assert final_error(exchange)["code"] == "engine_error"
         assert gateway.settled()
+
+
+def _relay() -> StreamRelay:
+    metrics = GatewayMetrics()
+    return StreamRelay(
+        RequestRecord("r", "completions", Telemetry(metrics)),
+        metrics,
+        usage=OPENAI_USAGE,
+        forward_usage=False,
+    )
+
+
+def test_a_stream_calls_once_when_its_bound_is_due_within_the_time_ahead() -> None:
+    """One token every 0.1 s toward a bound of 100: due within 1 s from the
+    90th on (10 left), not at the 89th, and called once."""
+    relay, called = _relay(), []
+    relay.ending_within(1.0, 100, lambda: called.append(1))
+    for i in range(89):
+        relay.feed(chunk("t"), 0.1 * i)
+    assert called == []
+    relay.feed(chunk("t"), 0.1 * 89)
+    assert called == [1]
+    for i in range(90, 100):
+        relay.feed(chunk("t"), 0.1 * i)
+    assert called == [1]
+
+
+def test_a_stream_with_no_time_ahead_calls_nothing() -> None:
+    relay, called = _relay(), []
+    relay.ending_within(0.0, 3, lambda: called.append(1))
+    for i in range(3):
+        relay.feed(chunk("t"), 0.1 * i)
+    assert called == []
