@@ -136,8 +136,14 @@ class Client:
     async def metrics(self, base_url: str | None = None, names: Iterable[str] = ()) -> list[Sample]:
         """The samples of ``/metrics`` (only the series in ``names`` when given)."""
         url = (base_url or self.base_url).rstrip("/") + "/metrics"
-        async with self.session.get(url) as resp:
-            text = await resp.text()
+        try:
+            async with self.session.get(url) as resp:
+                text = await resp.text()
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+            # A kept-alive connection the server closed as it was reused
+            # (uvicorn closes idle ones after 5 s): once more, on a new one.
+            async with self.session.get(url) as resp:
+                text = await resp.text()
         return parse(text, tuple(names) or None)
 
 
