@@ -48,14 +48,7 @@ the running mean of the time from an admission to the engine's answer's
 head (its API server has taken the request in), at most
 ``refill_ahead_seconds`` — tens of milliseconds on an engine whose API
 server has cores of its own, a second or more here while a whole batch
-travels at once (with a fixed 1 s the batch still arrived late). The mean
-rises fast and falls slowly: admissions come in two kinds of bursts, places
-handed on while a batch runs (its API server busy relaying the batch's
-tokens: the travel that matters) and slots freed as a batch ends (its
-streams over: a quick travel), and a plain mean of both ran below the
-first: under overload it read between 0.05 and 0.96 s within one run,
-lowest as a batch ended, and the engine ran 114–119 of its 128 sequences
-in some runs (124–126 with the mean that falls slowly). Its
+travels at once (with a fixed 1 s the batch still arrived late). Its
 blocks stay held until it ends, so the KV budget still counts both. What
 it costs fairness is the lead's, bounded in time: a request handed a place
 waits in the engine's FIFO about that long at most. A stream that stops
@@ -69,12 +62,8 @@ PATIENCE = 3
 # A stream hands on this many times the refill's measured travel before its
 # end: the travel varies with what the engine's API server has on hand.
 MARGIN = 2.0
-# The weight of a new travel time in its running mean, when it is longer
-# than the mean (RISE) and when it is shorter (FALL): a refill that arrives
-# late leaves a whole batch's slots empty; one early costs a request's place
-# in the fair order for that long, bounded by ``refill_ahead_seconds``.
-RISE = 0.5
-FALL = 0.02
+# The weight of a new travel time in its running mean.
+ALPHA = 0.1
 
 
 class RefillLead:
@@ -90,10 +79,7 @@ class RefillLead:
     def travelled(self, seconds: float) -> None:
         """An admitted stream's engine answered ``seconds`` after admission."""
         travel = self.travel
-        if travel is None:
-            self.travel = seconds
-        else:
-            self.travel = travel + (RISE if seconds > travel else FALL) * (seconds - travel)
+        self.travel = seconds if travel is None else travel + ALPHA * (seconds - travel)
 
     def ahead(self, most: float) -> float:
         """How long before its end a stream hands its place on: ``MARGIN``

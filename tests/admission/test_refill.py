@@ -98,20 +98,3 @@ def test_a_stream_hands_on_twice_a_refills_measured_travel_ahead_at_most_the_bou
     assert 2.0 <= lead.ahead(10.0) <= MARGIN * 2.0
     assert lead.ahead(3.0) == 3.0
     assert lead.ahead(0.0) == 0.0
-
-
-def test_the_travel_follows_a_slow_batch_at_once_and_forgets_it_slowly() -> None:
-    # Handed-on places travel while a batch runs (slow); slots freed as a
-    # batch ends travel fast. The estimate must not sink to the fast ones.
-    lead = RefillLead(max_lead=16)
-    lead.travelled(0.05)
-    lead.travelled(1.0)
-    assert lead.travel is not None
-    assert lead.travel >= 0.5
-    for _ in range(10):
-        lead.travelled(0.05)
-    assert lead.travel >= 0.5 * 0.8
-    # A long run of fast travels does bring it down in the end.
-    for _ in range(500):
-        lead.travelled(0.05)
-    assert lead.travel < 0.06
