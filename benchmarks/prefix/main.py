@@ -7,6 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from app.settings import Settings
 from benchmarks.harness import (
     Bench,
     Call,
@@ -42,6 +43,9 @@ GATEWAY_COUNTERS = (
     "gateway_engine_requests_total",
 )
 IN_FLIGHT = "gateway_engine_requests_in_flight"
+# The load cap a setting that leaves it runs with: the gateway's defaults.
+LOAD_FACTOR: float = Settings.model_fields["routing_load_factor"].default
+LOAD_SLACK: int = Settings.model_fields["routing_load_slack"].default
 ENGINE_LOAD = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
@@ -141,7 +145,12 @@ class PrefixBench(Bench):
             "routed": None
             if setting.router
             else window.delta_by("gateway_engine_requests_total", "engine", "gateway"),
-            **load_balance(per_engine_loads(window, setting, self.engines), start, end),
+            **load_balance(
+                per_engine_loads(window, setting, self.engines),
+                start,
+                end,
+                setting.load_factor or LOAD_FACTOR,
+            ),
             "others_cores": round(window.others_cores, 3),
         }
 
@@ -166,12 +175,13 @@ def per_engine_loads(
 
 
 def load_balance(
-    loads: list[tuple[float, list[float]]], start: float, end: float
+    loads: list[tuple[float, list[float]]], start: float, end: float, factor: float
 ) -> dict[str, Any]:
     """From the per-second loads of the engines: the busiest engine against
     the mean, and against the cap prefix routing allows at that load
-    (``max(ceil(1.25 × fair), ceil(fair) + 2)`` with ``fair = (total + 1) /
-    2``, the defaults)."""
+    (``max(ceil(factor × fair), ceil(fair) + slack)`` with ``fair = (total
+    + 1) / 2``: the setting's load factor, or the gateway's default for a
+    router's and every setting that leaves it)."""
     ratios: list[float] = []
     over_cap = 0
     worst_excess = 0
@@ -183,7 +193,7 @@ def load_balance(
         means.append(mean)
         ratios.append(max(values) / mean)
         fair = (sum(values) + 1) / len(values)
-        cap = max(math.ceil(1.25 * fair), math.ceil(fair) + 2)
+        cap = max(math.ceil(factor * fair), math.ceil(fair) + LOAD_SLACK)
         if max(values) > cap:
             over_cap += 1
             worst_excess = max(worst_excess, int(max(values) - cap))

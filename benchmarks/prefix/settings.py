@@ -25,6 +25,8 @@ class Setting:
     scorers: str | None = None
     # GATEWAY_ROUTING_AFFINITY_STEAL (None: the gateway's default).
     steal: str | None = None
+    # GATEWAY_ROUTING_LOAD_FACTOR (None: the gateway's default).
+    load_factor: float | None = None
 
     @property
     def slug(self) -> str:
@@ -47,6 +49,12 @@ EVENTS_WAIT_IDLE = Setting(
     affinity_wait=10.0,
     steal="idle",
 )
+EVENTS_FACTOR_15 = Setting(
+    "prefix, KV events, load factor 1.5", "prefix", kv_events=True, load_factor=1.5
+)
+EVENTS_FACTOR_2 = Setting(
+    "prefix, KV events, load factor 2", "prefix", kv_events=True, load_factor=2.0
+)
 EVENTS_QUEUE = Setting(
     "prefix + in_flight 0.5, KV events", "prefix", kv_events=True, scorers="prefix=1,in_flight=0.5"
 )
@@ -62,6 +70,8 @@ RAG = [
     EVENTS_WAIT,
     EVENTS_WAIT_LONG,
     EVENTS_WAIT_IDLE,
+    EVENTS_FACTOR_15,
+    EVENTS_FACTOR_2,
     EVENTS_QUEUE,
     ROUTER_CACHE,
     ROUTER_KV,
@@ -73,6 +83,8 @@ SKEWED = [
     EVENTS_WAIT,
     EVENTS_WAIT_LONG,
     EVENTS_WAIT_IDLE,
+    EVENTS_FACTOR_15,
+    EVENTS_FACTOR_2,
     EVENTS_QUEUE,
     ROUTER_CACHE,
     ROUTER_KV,
@@ -100,6 +112,8 @@ def start(
         env["GATEWAY_ROUTING_SCORERS"] = setting.scorers
     if setting.steal is not None:
         env["GATEWAY_ROUTING_AFFINITY_STEAL"] = setting.steal
+    if setting.load_factor is not None:
+        env["GATEWAY_ROUTING_LOAD_FACTOR"] = str(setting.load_factor)
     return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
 
 

@@ -7,9 +7,16 @@ from app.routing.base import CacheView, Choice, EngineLoad, RouteRequest, Wait
 from app.routing.load_cap import LoadCap
 from app.routing.router import Router
 from app.routing.scorers import PRESETS
+from app.settings import Settings
+
+# The settings' defaults.
+FACTOR: float = Settings.model_fields["routing_load_factor"].default
+SLACK: int = Settings.model_fields["routing_load_slack"].default
 
 
-def prefix_router(cache: CacheView | None = None, factor: float = 1.25, slack: int = 2) -> Router:
+def prefix_router(
+    cache: CacheView | None = None, factor: float = FACTOR, slack: int = SLACK
+) -> Router:
     """The router ``GATEWAY_ROUTING=prefix`` builds (the settings' defaults)."""
     return Router(PRESETS["prefix"], cap=LoadCap(factor, slack), cache=cache, name="prefix")
 
@@ -17,7 +24,7 @@ def prefix_router(cache: CacheView | None = None, factor: float = 1.25, slack: i
 class PrefixRoute:
     """The prefix route asked where a prompt key goes among engines."""
 
-    def __init__(self, factor: float = 1.25, slack: int = 2) -> None:
+    def __init__(self, factor: float = FACTOR, slack: int = SLACK) -> None:
         self.router = prefix_router(factor=factor, slack=slack)
 
     def choose(
