@@ -48,7 +48,9 @@ the running mean of the time from an admission to the engine's answer's
 head (its API server has taken the request in), at most
 ``refill_ahead_seconds`` — tens of milliseconds on an engine whose API
 server has cores of its own, a second or more here while a whole batch
-travels at once (with a fixed 1 s the batch still arrived late). Its
+travels at once (with a fixed 1 s the batch still arrived late). The pace
+counts once measured over half that time: a stream's first tokens can come
+in one read, and their pace of nothing handed a place on at once. Its
 blocks stay held until it ends, so the KV budget still counts both. What
 it costs fairness is the lead's, bounded in time: a request handed a place
 waits in the engine's FIFO about that long at most. A stream that stops

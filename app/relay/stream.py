@@ -27,6 +27,9 @@ from app.routes import UsageNames
 _USAGE = b'"usage":{'
 _ERROR = b'data: {"error"'
 _DONE = b"data: [DONE]"
+# The share of the time ahead over which a stream's pace must have been
+# measured before it says when the stream ends (``ending_within``).
+_PACE_SPAN = 0.5
 
 
 class StreamRelay:
@@ -68,8 +71,8 @@ class StreamRelay:
         ``bound`` of events — its ``max_tokens`` times its sequences, one
         token or more each (``app.admission.refill``, *Handing on*). The
         time left is the events left at the pace the stream has kept so
-        far. A stream that stops earlier (a stop token, a stop string)
-        never calls it."""
+        far, measured over half of ``seconds`` at least. A stream that stops earlier
+        (a stop token, a stop string) never calls it."""
         if seconds > 0 and bound > 0:
             self._ending, self._bound, self._ahead = call, bound, seconds
 
@@ -94,14 +97,22 @@ class StreamRelay:
         return data
 
     def _check_ending(self, now: float, first: float) -> None:
-        events = self._events
-        if events < 2:
-            return  # no pace yet
-        pace = (now - first) / (events - 1)
-        if (self._bound - events) * pace <= self._ahead:
-            call, self._ending = self._ending, None
-            if call is not None:
-                call()
+        events, span = self._events, now - first
+        left = self._bound - events
+        if left > 0:
+            # The pace is trusted once measured over half the time it must
+            # look ahead: a stream's first tokens often come in one read
+            # (the engine wrote faster than a busy relay read), and a pace of
+            # nothing would hand the place on at the first tokens. Half: a
+            # stream of max_tokens 256 under overload lasts about 4 s, and
+            # its place is due on 2-3 s before its end.
+            if events < 2 or span < _PACE_SPAN * self._ahead:
+                return
+            if left * span / (events - 1) > self._ahead:
+                return
+        call, self._ending = self._ending, None
+        if call is not None:
+            call()
 
     def restart(self) -> None:
         """Start over on another engine's stream (nothing was sent yet)."""

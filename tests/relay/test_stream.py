@@ -2,7 +2,8 @@
 (``app.relay.stream``), in-process: the usage chunk dropped unless the
 client asked for it, content carrying usage never taken for it, a stream
 that ends without ``[DONE]`` a failure, and a stream due to reach its
-``max_tokens`` within the time ahead saying so once."""
+``max_tokens`` within the time ahead saying so once, never on a pace
+measured over less than half that time."""
 
 import json
 
@@ -80,6 +81,22 @@ def test_a_stream_calls_once_when_its_bound_is_due_within_the_time_ahead() -> No
     assert called == [1]
     for i in range(90, 100):
         relay.feed(chunk("t"), 0.1 * i)
+    assert called == [1]
+
+
+def test_first_tokens_read_together_give_no_pace() -> None:
+    """Ten tokens in one read (the relay read late) say nothing of the pace:
+    nothing is called until it was measured over half the second ahead, and
+    then about when a steady stream would call (the 89th token; the 90th
+    there)."""
+    relay, called = _relay(), []
+    relay.ending_within(1.0, 100, lambda: called.append(1))
+    relay.feed(chunk("t") * 10, 0.0)
+    assert called == []
+    for i in range(1, 79):
+        relay.feed(chunk("t"), 0.1 * i)
+    assert called == []
+    relay.feed(chunk("t"), 7.9)
     assert called == [1]
 
 
