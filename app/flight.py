@@ -48,6 +48,7 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from app.admission.base import AdmissionRequest, Hold
+from app.admission.refill import HandingOn
 from app.engine.client import EngineResponse
 from app.engine.monitor import engine_label
 from app.errors import (
@@ -110,7 +111,7 @@ class Flight:
         # When it was admitted last, and how long before its end it hands
         # its place on (``app.admission.refill``, *Handing on*).
         self._admitted_at = 0.0
-        self._ahead = 0.0
+        self._handing_on = HandingOn()
 
     async def __aenter__(self) -> "Flight":
         self._services.drain.enter()
@@ -232,7 +233,7 @@ class Flight:
             if job.stream:
                 # How long before its end it hands its place on: what the
                 # way here took, as its engine's streams measure it.
-                self._ahead = self._hold.opened(time.perf_counter() - self._admitted_at)
+                self._handing_on = self._hold.opened(time.perf_counter() - self._admitted_at)
                 await self._relay_stream()
             else:
                 await self._relay_whole(self._upstream)
@@ -248,10 +249,14 @@ class Flight:
             # Its place in the engine's batch goes to the next request
             # shortly before it ends, so that one is already there.
             bound = job.max_tokens * job.n * len(job.prompts)
-            relay.ending_within(self._ahead, bound, hold.hand_on)
+            terms = self._handing_on
+            relay.ending_within(terms.ahead, bound, hold.hand_on, terms.tokens_per_event)
         sender = await self._open_stream()
         await sender.pump(self._upstream.chunks(), relay)
         relay.finish()
+        record = self.record
+        if hold is not None and record.outcome == "completed" and record.completion_tokens:
+            hold.streamed(record.completion_tokens, relay.events)
         self._conclude()
         await sender.end()
 

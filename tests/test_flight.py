@@ -14,7 +14,7 @@ from app.admission.controller import AdmissionController
 from app.drain import Drain
 from tests.support.asgi import Exchange, in_process_gateway
 from tests.support.asgi_streams import STREAM, final_error, open_stream
-from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, next_call
+from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, next_call, usage_chunk
 from tests.support.wait import wait_for
 
 COMPLETIONS = "/v1/completions"
@@ -214,4 +214,27 @@ async def test_a_stream_due_to_reach_its_max_tokens_hands_its_place_to_the_next(
         second.end()
         await queued.done()
         assert gateway.metric("gateway_requests_total", outcome="completed") == 2
+        assert gateway.settled()
+
+
+async def test_a_completed_stream_teaches_its_engine_the_tokens_an_event_carries() -> None:
+    """Four tokens (the engine's usage) in two events: the engine's streams
+    count two tokens an event from then on, a tenth of the way (a running
+    mean); a stream cut short teaches nothing."""
+    async with in_process_gateway() as gateway:
+        admission = gateway.services.admission
+        assert isinstance(admission, AdmissionController)
+        (budget,) = admission.policy.engines.values()
+        exchange, call = await open_stream(gateway, max_tokens=4)
+        call.send(chunk("ab") + chunk("cd", finish="length"))
+        call.send(usage_chunk(3, 4) + DONE)
+        call.end()
+        await exchange.done()
+        assert budget.refill.tokens_per_event == pytest.approx(1.1)
+        cut, call = await open_stream(gateway, max_tokens=4)
+        call.send(chunk("ab"))
+        await cut.wait_for(lambda e: b'"ab"' in e.body)
+        call.drop()
+        await cut.done()
+        assert budget.refill.tokens_per_event == pytest.approx(1.1)
         assert gateway.settled()

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from app.admission.demand import Demand
 from app.admission.forecast import QueuePlace
+from app.admission.refill import HandingOn
 from app.engine.stats import EngineStats
 from app.engine.view import EngineView, adapters_of
 from app.errors import EngineUnavailable
@@ -43,9 +44,12 @@ class Hold(Protocol):
     def choice(self) -> Choice | None:
         """How the router placed it (None: not told)."""
 
-    def opened(self, travel: float) -> float:
+    def opened(self, travel: float) -> HandingOn:
         """Its engine answered its stream ``travel`` seconds after its
-        admission; how many seconds before its end to ``hand_on``."""
+        admission; when to ``hand_on``."""
+
+    def streamed(self, tokens: int, events: int) -> None:
+        """Its stream completed: ``tokens`` of output in ``events`` events."""
 
     def hand_on(self) -> None:
         """The request is about to end: let the next one have its place in
@@ -101,8 +105,11 @@ class _CountedHold:
     choice: Choice | None = None
     adapter: str | None = None
 
-    def opened(self, travel: float) -> float:
-        return 0.0  # nothing waits here for a place
+    def opened(self, travel: float) -> HandingOn:
+        return HandingOn()  # nothing waits here for a place
+
+    def streamed(self, tokens: int, events: int) -> None:
+        return None
 
     def hand_on(self) -> None:
         return None  # nothing waits here for its place

@@ -161,6 +161,7 @@ class EngineBudget:
             "learned_sequence_cap": self.sequence_cap,
             "refill_lead": self.refill.lead,
             "refill_travel_seconds": self.refill.travel,
+            "refill_tokens_per_event": round(self.refill.tokens_per_event, 3),
             "max_sequences": self.max_sequences,
             "in_flight": self.in_flight,
             "running_sequences": self.running_sequences,

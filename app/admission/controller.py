@@ -30,6 +30,7 @@ from app.admission.policy import (
     Waiter,
 )
 from app.admission.publish import AdmissionMetrics
+from app.admission.refill import HandingOn
 from app.admission.shared import SharedBudgets
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.engine.view import EngineView
@@ -156,7 +157,9 @@ class AdmissionController:
         reservation = future.result()
         self._metrics.queue_wait(time.monotonic() - waiter.arrival)
         self._metrics.routed(reservation)
-        return KvHold(self.give_back, reservation, request, self.hand_on, self.opened)
+        return KvHold(
+            self.give_back, reservation, request, self.hand_on, self.opened, self.streamed
+        )
 
     def enqueue(self, waiter: Waiter, *, front: bool = False) -> "asyncio.Future[Reservation]":
         """Queue ``waiter`` (the policy may refuse it: ``QueueFull``); the
@@ -241,8 +244,11 @@ class AdmissionController:
 
     # --- what the dispatcher and the holds call back ----------------------------
 
-    def opened(self, reservation: Reservation, travel: float) -> float:
+    def opened(self, reservation: Reservation, travel: float) -> HandingOn:
         return self.policy.opened(reservation, travel, self._refill_ahead)
+
+    def streamed(self, reservation: Reservation, tokens: int, events: int) -> None:
+        self.policy.streamed(reservation, tokens, events)
 
     def hand_on(self, reservation: Reservation) -> None:
         if self.policy.hand_on(reservation):

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from app.admission.base import AdmissionRequest
 from app.admission.budget import Reservation
+from app.admission.refill import HandingOn
 from app.record import RequestRecord
 from app.routing.base import Choice
 
@@ -16,8 +17,10 @@ from app.routing.base import Choice
 GiveBack = Callable[[Reservation, tuple[int, int] | None], None]
 # Hands a reservation's sequence slots on before its end.
 HandOn = Callable[[Reservation], None]
-# A stream's engine answered after so many seconds; how long ahead to hand on.
-Opened = Callable[[Reservation, float], float]
+# A stream's engine answered after so many seconds; when to hand on.
+Opened = Callable[[Reservation, float], HandingOn]
+# A stream completed with so many tokens in so many events.
+Streamed = Callable[[Reservation, int, int], None]
 
 
 class KvHold:
@@ -28,10 +31,12 @@ class KvHold:
         request: AdmissionRequest,
         hand_on: HandOn | None = None,
         opened: Opened | None = None,
+        streamed: Streamed | None = None,
     ) -> None:
         self._give_back = give_back
         self._hand_on = hand_on
         self._opened = opened
+        self._streamed = streamed
         self.reservation = reservation
         self._request = request
 
@@ -43,10 +48,14 @@ class KvHold:
     def choice(self) -> Choice | None:
         return self.reservation.choice
 
-    def opened(self, travel: float) -> float:
+    def opened(self, travel: float) -> HandingOn:
         if self._opened is None:
-            return 0.0
+            return HandingOn()
         return self._opened(self.reservation, travel)
+
+    def streamed(self, tokens: int, events: int) -> None:
+        if self._streamed is not None:
+            self._streamed(self.reservation, tokens, events)
 
     def hand_on(self) -> None:
         if self._hand_on is not None and not self.reservation.released:

@@ -112,6 +112,7 @@ from typing import Literal
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
+from app.admission.refill import HandingOn
 from app.engine.view import EngineView
 from app.identity import PRIORITIES
 from app.routing.base import Choice, RouteRequest, Wait
@@ -371,15 +372,22 @@ class AdmissionPolicy:
 
     # --- reservations ---------------------------------------------------------
 
-    def opened(self, reservation: Reservation, travel: float, most: float) -> float:
+    def opened(self, reservation: Reservation, travel: float, most: float) -> HandingOn:
         """Its engine answered the stream's call ``travel`` seconds after
-        admission; how long before its end it hands its place on (at most
-        ``most``; ``app.admission.refill``, *Handing on*)."""
+        admission; when it hands its place on (at most ``most`` seconds
+        before its end; ``app.admission.refill``, *Handing on*)."""
         budget = self.engines.get(reservation.engine)
         if budget is None:
-            return 0.0
-        budget.refill.travelled(travel)
-        return budget.refill.ahead(most)
+            return HandingOn()
+        refill = budget.refill
+        refill.travelled(travel)
+        return HandingOn(refill.ahead(most), refill.tokens_per_event)
+
+    def streamed(self, reservation: Reservation, tokens: int, events: int) -> None:
+        """Its stream completed: ``tokens`` of output in ``events`` events."""
+        budget = self.engines.get(reservation.engine)
+        if budget is not None:
+            budget.refill.streamed(tokens, events)
 
     def hand_on(self, reservation: Reservation) -> bool:
         """Its request is about to end (``app.admission.refill``, *Handing

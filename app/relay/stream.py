@@ -65,16 +65,26 @@ class StreamRelay:
         self._ending: Callable[[], None] | None = None
         self._bound = 0
         self._ahead = 0.0
+        self._per_event = 1.0
 
-    def ending_within(self, seconds: float, bound: int, call: Callable[[], None]) -> None:
+    def ending_within(
+        self, seconds: float, bound: int, call: Callable[[], None], per_event: float = 1.0
+    ) -> None:
         """Call ``call`` once, when the stream is ``seconds`` from its
-        ``bound`` of events — its ``max_tokens`` times its sequences, one
-        token or more each (``app.admission.refill``, *Handing on*). The
-        time left is the events left at the pace the stream has kept so
-        far, measured over half of ``seconds`` at least. A stream that stops earlier
-        (a stop token, a stop string) never calls it."""
+        ``bound`` of tokens — its ``max_tokens`` times its sequences — each
+        event sent counted as ``per_event`` tokens (``app.admission.refill``,
+        *Handing on*). The time left is the tokens left at the pace the
+        stream has kept so far, measured over half of ``seconds`` at least.
+        A stream that stops earlier (a stop token, a stop string) never
+        calls it."""
         if seconds > 0 and bound > 0:
             self._ending, self._bound, self._ahead = call, bound, seconds
+            self._per_event = max(1.0, per_event)
+
+    @property
+    def events(self) -> int:
+        """Events sent from the first token on."""
+        return self._events
 
     def feed(self, raw: bytes, now: float) -> bytes:
         """Take bytes read from the engine at ``now``; return the whole
@@ -97,8 +107,8 @@ class StreamRelay:
         return data
 
     def _check_ending(self, now: float, first: float) -> None:
-        events, span = self._events, now - first
-        left = self._bound - events
+        events, span, per_event = self._events, now - first, self._per_event
+        left = self._bound - events * per_event
         if left > 0:
             # The pace is trusted once measured over half the time it must
             # look ahead: a stream's first tokens often come in one read
@@ -108,7 +118,7 @@ class StreamRelay:
             # its place is due on 2-3 s before its end.
             if events < 2 or span < _PACE_SPAN * self._ahead:
                 return
-            if left * span / (events - 1) > self._ahead:
+            if left * span / ((events - 1) * per_event) > self._ahead:
                 return
         call, self._ending = self._ending, None
         if call is not None:

@@ -98,3 +98,17 @@ def test_a_stream_hands_on_twice_a_refills_measured_travel_ahead_at_most_the_bou
     assert 2.0 <= lead.ahead(10.0) <= MARGIN * 2.0
     assert lead.ahead(3.0) == 3.0
     assert lead.ahead(0.0) == 0.0
+
+
+def test_tokens_per_event_follow_what_completed_streams_carried() -> None:
+    """One token an event until a stream says otherwise; 256 tokens in 200
+    events move the mean toward 1.28, and nothing below one token an event
+    (or a stream with no events) counts."""
+    lead = RefillLead(max_lead=16)
+    assert lead.tokens_per_event == 1.0
+    lead.streamed(256, 0)
+    lead.streamed(100, 200)
+    assert lead.tokens_per_event == 1.0
+    for _ in range(100):
+        lead.streamed(256, 200)
+    assert 1.27 < lead.tokens_per_event <= 1.28

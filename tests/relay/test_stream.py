@@ -100,6 +100,19 @@ def test_first_tokens_read_together_give_no_pace() -> None:
     assert called == [1]
 
 
+def test_events_carrying_several_tokens_are_counted_as_such() -> None:
+    """Two tokens an event, one event every 0.2 s, toward 100 tokens: due
+    within 1 s from the 45th event on (10 tokens left); counted one an event,
+    it would never be due before its 50 events ended."""
+    relay, called = _relay(), []
+    relay.ending_within(1.0, 100, lambda: called.append(1), per_event=2.0)
+    for i in range(44):
+        relay.feed(chunk("tt"), 0.2 * i)
+    assert called == []
+    relay.feed(chunk("tt"), 0.2 * 44)
+    assert called == [1]
+
+
 def test_a_stream_with_no_time_ahead_calls_nothing() -> None:
     relay, called = _relay(), []
     relay.ending_within(0.0, 3, lambda: called.append(1))
