@@ -34,7 +34,7 @@ class RedisClusterNodes:
             self.nodes.append(
                 RedisServer(
                     folder,
-                    port=free_port_with(BUS_OFFSET),
+                    pick_port=lambda: free_port_with(BUS_OFFSET),
                     extra=[
                         "--cluster-enabled",
                         "yes",
