@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     # dispatch round (``room``). ``idle`` measured at or above ``room`` on
     # every mix of the prefix benchmark (docs/benchmarks.md).
     routing_affinity_steal: Literal["room", "idle"] = "idle"
+    # Prefix routing on KV cache events: where a prefix no engine holds is
+    # computed — on the ``least_loaded`` engine, remembered as its home
+    # (app/routing/homes.py), or where its ``key`` hashes (rendezvous: the
+    # same on every replica, but documents fall where chance puts them).
+    routing_placement: Literal["least_loaded", "key"] = "least_loaded"
     # Count a prompt prefix that requests admitted to one engine share once
     # (the engine's prefix cache stores it once).
     prefix_aware_demand: bool = True

@@ -37,6 +37,7 @@ from app.routing.base import (
     Wait,
 )
 from app.routing.filters import ELIGIBLE, eligible
+from app.routing.homes import Homes
 from app.routing.load_cap import LoadCap
 from app.routing.rendezvous import key_weight
 from app.routing.scorers import PRESETS, READS_PROMPTS, SCORERS, ScorerName
@@ -52,6 +53,7 @@ class Router:
         filters: Sequence[Filter] = ELIGIBLE,
         name: str = "least_loaded",
         table: Mapping[ScorerName, Callable[[], Scorer]] = SCORERS,
+        homes: Homes | None = None,
     ):
         # What the route is called in traces and logs: its preset, or its weights.
         self.name = name
@@ -65,6 +67,9 @@ class Router:
         self.reads_prompts = any(w > 0 and n in READS_PROMPTS for n, w in weights.items())
         self.cap = cap
         self.cache = cache if self.reads_prompts else None
+        # Where prefixes no engine holds are computed (``app.routing.homes``);
+        # None: by their key alone (rendezvous hashing).
+        self.homes = homes if self.reads_prompts else None
         self.filters = tuple(filters)
 
     def choose(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> Choice | Wait | None:
@@ -76,7 +81,8 @@ class Router:
         fallback: Fallback | None = None
         if self.cache is not None:
             candidates, fallback = self._with_held(request, candidates)
-        ranked = self.rank(request, candidates)
+        home = self._home(request, candidates)
+        ranked = self.rank(request, candidates, home)
         preferred = ranked[0] if self.reads_prompts and request.affinity is not None else None
         cap = self.cap
         if (
@@ -97,6 +103,8 @@ class Router:
         allowed = fitting if cap is None else [e for e in fitting if cap.under(e, candidates)]
         chosen = allowed[0] if allowed else min(fitting, key=_least_loaded)
         overridden = preferred is not None and chosen is not preferred and preferred.fits
+        if self.homes is not None and request.affinity is not None and home is None:
+            self.homes.settle(request.affinity, chosen.id)
         return Choice(
             chosen.id,
             preferred.id if preferred is not None else None,
@@ -104,22 +112,36 @@ class Router:
             fallback=fallback,
         )
 
-    def rank(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> list[EngineLoad]:
-        """``engines``, best first: by their weighted scores, then the tie-breaks."""
+    def rank(
+        self, request: RouteRequest, engines: Sequence[EngineLoad], home: str | None = None
+    ) -> list[EngineLoad]:
+        """``engines``, best first: by their weighted scores, then the
+        tie-breaks: the prompt's home (``home``, one of ``engines``) first;
+        a prompt with no home where homes are kept goes to the least loaded;
+        otherwise by the prompt's key, then the least loaded."""
         totals = [0.0] * len(engines)
         for scorer, weight in self.scorers:
             for i, score in enumerate(scorer.score(request, engines)):
                 totals[i] += weight * score
         key = request.affinity if self.reads_prompts else None
-        order = sorted(
-            range(len(engines)),
-            key=lambda i: (
-                -totals[i],
-                -key_weight(key, engines[i].id) if key is not None else 0,
-                *_least_loaded(engines[i]),
-            ),
-        )
+        by_load = key is not None and home is None and self.homes is not None
+
+        def tie(engine: EngineLoad) -> tuple[object, ...]:
+            if key is None:
+                return _least_loaded(engine)
+            if by_load:
+                return (engine.reserved, engine.in_flight, -key_weight(key, engine.id), engine.id)
+            return (engine.id != home, -key_weight(key, engine.id), *_least_loaded(engine))
+
+        order = sorted(range(len(engines)), key=lambda i: (-totals[i], *tie(engines[i])))
         return [engines[i] for i in order]
+
+    def _home(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> str | None:
+        """The prompt's home among ``engines``, if it has one there."""
+        if self.homes is None or request.affinity is None:
+            return None
+        home = self.homes.get(request.affinity)
+        return home if any(e.id == home for e in engines) else None
 
     def _with_held(
         self, request: RouteRequest, engines: list[EngineLoad]

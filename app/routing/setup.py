@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from app.routing.base import CacheView
 from app.routing.block_index import BlockIndex
 from app.routing.cached import ReportedCache
+from app.routing.homes import Homes
 from app.routing.load_cap import LoadCap
 from app.routing.router import Router
 from app.routing.scorers import PRESETS, READS_PROMPTS, ScorerName, scorer_weights
@@ -47,8 +48,11 @@ def build_router(settings: Settings, kv_indexes: Mapping[str, BlockIndex]) -> Ro
     cache: CacheView | None = None
     if reads_prompts and settings.kv_events_endpoint is not None:
         cache = ReportedCache(kv_indexes)
+    # Homes only beside the engines' events: those tell every replica where a
+    # prefix was placed; without them, the key is all that replicas share.
+    homes = Homes() if cache is not None and settings.routing_placement == "least_loaded" else None
     name = routing_preset(settings) if settings.routing_scorers is None else _named(weights)
-    return Router(weights, cap=cap if reads_prompts else None, cache=cache, name=name)
+    return Router(weights, cap=cap if reads_prompts else None, cache=cache, name=name, homes=homes)
 
 
 def _named(weights: Mapping[ScorerName, float]) -> str:

@@ -27,6 +27,8 @@ class Setting:
     steal: str | None = None
     # GATEWAY_ROUTING_LOAD_FACTOR (None: the gateway's default).
     load_factor: float | None = None
+    # GATEWAY_ROUTING_PLACEMENT (None: the gateway's default).
+    placement: str | None = None
 
     @property
     def slug(self) -> str:
@@ -49,6 +51,22 @@ EVENTS_WAIT_IDLE = Setting(
     affinity_wait=10.0,
     steal="idle",
 )
+EVENTS_BY_KEY = Setting(
+    "prefix, KV events, wait 10 s, idle only, placed by key",
+    "prefix",
+    kv_events=True,
+    affinity_wait=10.0,
+    steal="idle",
+    placement="key",
+)
+EVENTS_BY_LOAD = Setting(
+    "prefix, KV events, wait 10 s, idle only, placed by load",
+    "prefix",
+    kv_events=True,
+    affinity_wait=10.0,
+    steal="idle",
+    placement="least_loaded",
+)
 EVENTS_FACTOR_15 = Setting(
     "prefix, KV events, load factor 1.5", "prefix", kv_events=True, load_factor=1.5
 )
@@ -70,6 +88,8 @@ RAG = [
     EVENTS_WAIT,
     EVENTS_WAIT_LONG,
     EVENTS_WAIT_IDLE,
+    EVENTS_BY_KEY,
+    EVENTS_BY_LOAD,
     EVENTS_FACTOR_15,
     EVENTS_FACTOR_2,
     EVENTS_QUEUE,
@@ -83,6 +103,8 @@ SKEWED = [
     EVENTS_WAIT,
     EVENTS_WAIT_LONG,
     EVENTS_WAIT_IDLE,
+    EVENTS_BY_KEY,
+    EVENTS_BY_LOAD,
     EVENTS_FACTOR_15,
     EVENTS_FACTOR_2,
     EVENTS_QUEUE,
@@ -114,6 +136,8 @@ def start(
         env["GATEWAY_ROUTING_AFFINITY_STEAL"] = setting.steal
     if setting.load_factor is not None:
         env["GATEWAY_ROUTING_LOAD_FACTOR"] = str(setting.load_factor)
+    if setting.placement is not None:
+        env["GATEWAY_ROUTING_PLACEMENT"] = setting.placement
     return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
 
 

@@ -78,3 +78,10 @@ def test_a_mistake_in_the_weights_is_said_plainly(text: str, says: str) -> None:
         scorer_weights(text)
     with pytest.raises(ValueError, match=says):
         build_router(Settings(routing_scorers=text), INDEXES)
+
+
+def test_homes_are_kept_only_beside_the_engines_events_and_by_load() -> None:
+    assert build_router(Settings(kv_events_endpoint=EVENTS), INDEXES).homes is not None
+    by_key = Settings(kv_events_endpoint=EVENTS, routing_placement="key")
+    assert build_router(by_key, INDEXES).homes is None
+    assert build_router(Settings(routing="prefix"), INDEXES).homes is None
