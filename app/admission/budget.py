@@ -13,6 +13,7 @@ from typing import Any
 
 from app.admission.fairqueue import Waiter
 from app.admission.refill import RefillLead
+from app.admission.sequence_cap import LearnedCap
 from app.engine.view import EngineView, FixedView, adapters_of
 from app.routing.base import Choice, EngineLoad
 from app.settings import default
@@ -78,7 +79,7 @@ class EngineBudget:
         self.others_sequences = 0
         self.others_in_flight = 0
         # The engine's own sequence cap (--max-num-seqs), once learned.
-        self.sequence_cap: int | None = None
+        self.learned_cap = LearnedCap(config.patience, config.max_sequences)
         # This replica's share of the engine when it cannot see what the
         # others hold (shared state down): 1 / replicas last seen alive.
         self.share = 1.0
@@ -91,8 +92,6 @@ class EngineBudget:
         self._last_preemptions: float | None = None
         self._calm_ticks = 0
         self._hold = 0
-        self._capped_ticks = 0
-        self._capped_running = 0.0
         self.refill = RefillLead(config.max_lead)
 
     @property
@@ -128,6 +127,14 @@ class EngineBudget:
         if usable is None:
             return None
         return math.floor(usable * self.factor * self.share)
+
+    @property
+    def sequence_cap(self) -> int | None:
+        return self.learned_cap.value
+
+    @sequence_cap.setter
+    def sequence_cap(self, value: int | None) -> None:
+        self.learned_cap.value = value
 
     @property
     def engine_cap(self) -> int:
@@ -296,28 +303,17 @@ class EngineBudget:
         self, running: float, waiting: float, kv_usage: float, queued: bool = False
     ) -> None:
         """Keep the refill lead (``queued``: requests wait in the gateway's
-        queue), and learn the engine's own sequence cap: requests waiting in the
-        engine for several ticks while its KV cache has room and what it runs
-        stays level means it runs all it may (``--max-num-seqs``); what it
-        runs then is the cap, so admission keeps the excess in the gateway's
-        queue instead. While what it runs still rises, the engine is taking
-        a burst in (prefill is paced per step) and the wait says nothing of
-        its cap: learning then would cap the engine low for good, since the
-        gateway's queue keeps the engine's own empty from then on."""
+        queue), and learn the engine's own sequence cap
+        (``app.admission.sequence_cap``)."""
         if self.budget_blocks is not None:
             cap = math.floor(self.engine_cap * self.share)
             at_cap = self.running_sequences + self.others_sequences >= self.max_sequences
             self.refill.observe(cap, running, waiting, queued=queued, at_cap=at_cap)
         # Not right after a preemption: preempted requests wait too.
-        calm = self._hold == 0
-        if calm and waiting > 0 and running > 0 and kv_usage < self.config.headroom:
-            rising = running > self._capped_running
-            self._capped_running = running
-            self._capped_ticks = 1 if rising else self._capped_ticks + 1
-            if self._capped_ticks >= self.config.patience:
-                learned = int(running)
-                if self.sequence_cap is None or learned > self.sequence_cap:
-                    self.sequence_cap = learned
-        else:
-            self._capped_ticks = 0
-            self._capped_running = 0.0
+        self.learned_cap.observe(
+            running,
+            waiting,
+            room=kv_usage < self.config.headroom,
+            calm=self._hold == 0,
+            queued=queued,
+        )
