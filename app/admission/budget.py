@@ -313,6 +313,10 @@ class EngineBudget:
         self.learned_cap.observe(
             running,
             waiting,
+            ours=max(
+                self.running_sequences + self.others_sequences,
+                self.in_flight + self.others_in_flight,
+            ),
             room=kv_usage < self.config.headroom,
             calm=self._hold == 0,
             queued=queued,

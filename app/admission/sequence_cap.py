@@ -19,9 +19,16 @@ own empty from then on, so nothing would ever show the cap wrong (measured:
 half used, the gateway's queue a second and a half deep). So the cap is
 re-tested: while requests wait in the gateway, the engine runs its whole
 cap, none waits in it and its cache has room, ``patience`` ticks in a row,
-the cap grows by an eighth. The engine queueing again at a level it holds
+the cap grows by a quarter. The engine queueing again at a level it holds
 says where it stops; the cap never falls below the most it has run with a
 queue of its own.
+
+And only a queue the gateway's own requests can make teaches anything:
+what the engine runs and holds waiting no more than the gateway (with its
+replicas) has admitted to it. An engine that other clients load as well —
+a router beside the gateway, direct calls — queues their work too (the
+prefix benchmark's gateways, idle while vllm-router drove the same engines,
+learned a cap of 2).
 """
 
 import math
@@ -41,12 +48,20 @@ class LearnedCap:
         self._probe_ticks = 0
 
     def observe(
-        self, running: float, waiting: float, *, room: bool, calm: bool, queued: bool
+        self,
+        running: float,
+        waiting: float,
+        *,
+        ours: float,
+        room: bool,
+        calm: bool,
+        queued: bool,
     ) -> None:
-        """One tick: what the engine runs and what waits in it; ``room``:
-        its KV cache has room; ``calm``: no preemption just now (preempted
-        requests wait too); ``queued``: requests wait in the gateway."""
-        if calm and room and waiting > 0 and running > 0:
+        """One tick: what the engine runs and what waits in it; ``ours``:
+        the sequences the gateway has admitted to it; ``room``: its KV cache
+        has room; ``calm``: no preemption just now (preempted requests wait
+        too); ``queued``: requests wait in the gateway."""
+        if calm and room and waiting > 0 and running > 0 and ours >= running + waiting:
             self._probe_ticks = 0
             rising = running > self._level
             self._level = running
@@ -64,5 +79,5 @@ class LearnedCap:
         self._probe_ticks += 1
         if self._probe_ticks >= self.patience:
             self._probe_ticks = 0
-            raised = cap + max(1, math.ceil(cap / 8))
+            raised = cap + max(1, math.ceil(cap / 4))
             self.value = None if raised >= self.ceiling else raised

@@ -128,5 +128,8 @@ async def test_requests_waiting_for_a_lora_slot_do_not_teach_a_sequence_cap() ->
         ticks = engine.requests["/metrics"]
         assert await wait_for(lambda: engine.requests["/metrics"] >= ticks + 20, timeout=30)
         assert budget.sequence_cap is None
+        # The engine's 8 requests are the gateway's (as if other replicas had
+        # admitted them): only such a queue teaches a cap.
+        budget.others_in_flight = 8
         engine.metrics_text = engine_metrics(engine, capacity=4, deferred=0)
         assert await wait_for(lambda: budget.sequence_cap == 4, timeout=30)

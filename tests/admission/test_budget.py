@@ -109,6 +109,7 @@ def test_the_engines_sequence_cap_is_learned_from_its_own_queue() -> None:
     """Requests wait in the engine while its KV cache has room: it runs all
     it may, and what it runs is its cap from then on."""
     b = budget(blocks=100, max_sequences=256, patience=2)
+    b.in_flight = 11  # the engine's requests are all the gateway's
     b.observe_queue(running=8, waiting=0, kv_usage=0.3)
     b.observe_queue(running=8, waiting=3, kv_usage=0.3)
     assert b.sequence_cap is None
@@ -126,11 +127,27 @@ def test_a_burst_the_engine_is_still_taking_in_teaches_no_cap() -> None:
     step at a time, and what it runs rises tick after tick. That wait is no
     cap; once what it runs stays level with requests still waiting, it is."""
     b = budget(blocks=100, max_sequences=256, patience=2)
+    b.in_flight = 256
     for running in (20, 41, 54, 80, 101, 128):
         b.observe_queue(running=running, waiting=100, kv_usage=0.3)
         assert b.sequence_cap is None
     b.observe_queue(running=128, waiting=60, kv_usage=0.3)
     assert b.sequence_cap == 128
+
+
+def test_a_queue_of_other_clients_requests_teaches_no_cap() -> None:
+    """The engine runs 2 and holds 10 waiting, the gateway has 3 requests
+    there: the queue is someone else's (a router beside the gateway), and
+    says nothing of the engine's cap."""
+    b = budget(blocks=100, max_sequences=256, patience=2)
+    b.in_flight = 3
+    for _ in range(4):
+        b.observe_queue(running=2, waiting=10, kv_usage=0.3)
+    assert b.sequence_cap is None
+    b.in_flight = 12
+    for _ in range(2):
+        b.observe_queue(running=2, waiting=10, kv_usage=0.3)
+    assert b.sequence_cap == 2
 
 
 def test_a_prefix_requests_share_on_one_engine_is_counted_once() -> None:
