@@ -67,6 +67,15 @@ EVENTS_BY_LOAD = Setting(
     steal="idle",
     placement="least_loaded",
 )
+EVENTS_BY_LOAD_15 = Setting(
+    "prefix, KV events, wait 10 s, idle only, placed by load, load factor 1.5",
+    "prefix",
+    kv_events=True,
+    affinity_wait=10.0,
+    steal="idle",
+    placement="least_loaded",
+    load_factor=1.5,
+)
 EVENTS_FACTOR_15 = Setting(
     "prefix, KV events, load factor 1.5", "prefix", kv_events=True, load_factor=1.5
 )
@@ -90,6 +99,7 @@ RAG = [
     EVENTS_WAIT_IDLE,
     EVENTS_BY_KEY,
     EVENTS_BY_LOAD,
+    EVENTS_BY_LOAD_15,
     EVENTS_FACTOR_15,
     EVENTS_FACTOR_2,
     EVENTS_QUEUE,
@@ -105,6 +115,7 @@ SKEWED = [
     EVENTS_WAIT_IDLE,
     EVENTS_BY_KEY,
     EVENTS_BY_LOAD,
+    EVENTS_BY_LOAD_15,
     EVENTS_FACTOR_15,
     EVENTS_FACTOR_2,
     EVENTS_QUEUE,
