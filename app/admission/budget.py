@@ -79,7 +79,7 @@ class EngineBudget:
         self.others_sequences = 0
         self.others_in_flight = 0
         # The engine's own sequence cap (--max-num-seqs), once learned.
-        self.learned_cap = LearnedCap(config.patience, config.max_sequences)
+        self.learned_cap = LearnedCap(config.patience)
         # This replica's share of the engine when it cannot see what the
         # others hold (shared state down): 1 / replicas last seen alive.
         self.share = 1.0
@@ -319,5 +319,4 @@ class EngineBudget:
             ),
             room=kv_usage < self.config.headroom,
             calm=self._hold == 0,
-            queued=queued,
         )

@@ -135,21 +135,6 @@ def test_a_burst_the_engine_is_still_taking_in_teaches_no_cap() -> None:
     assert b.sequence_cap == 128
 
 
-def test_a_queue_of_other_clients_requests_teaches_no_cap() -> None:
-    """The engine runs 2 and holds 10 waiting, the gateway has 3 requests
-    there: the queue is someone else's (a router beside the gateway), and
-    says nothing of the engine's cap."""
-    b = budget(blocks=100, max_sequences=256, patience=2)
-    b.in_flight = 3
-    for _ in range(4):
-        b.observe_queue(running=2, waiting=10, kv_usage=0.3)
-    assert b.sequence_cap is None
-    b.in_flight = 12
-    for _ in range(2):
-        b.observe_queue(running=2, waiting=10, kv_usage=0.3)
-    assert b.sequence_cap == 2
-
-
 def test_a_prefix_requests_share_on_one_engine_is_counted_once() -> None:
     """A 1,000-token document in front of each question: the second request
     on the same engine is charged only what it does not share."""

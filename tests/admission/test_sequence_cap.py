@@ -1,76 +1,55 @@
-"""The engine's learned sequence cap (``app.admission.sequence_cap``): a
-cap learned from a queue that had another cause is re-tested and grows
-while the gateway holds work back and the engine runs the whole cap with
-none of its own waiting; the engine queueing again ends the probe, never
-below what it has run with a queue. Pure."""
+"""The engine's learned sequence cap (``app.admission.sequence_cap``): the
+most the engine has been seen running, taken once it queues with room at a
+level; never learned from a queue the gateway's own requests cannot make.
+Pure."""
 
 from app.admission.sequence_cap import LearnedCap
 
 
-def learned_at(value: int, ceiling: int = 256) -> LearnedCap:
-    cap = LearnedCap(patience=2, ceiling=ceiling)
-    for _ in range(2):
-        cap.observe(value, 3, ours=value + 3, room=True, calm=True, queued=True)
-    assert cap.value == value
-    return cap
-
-
-def at_cap(cap: LearnedCap, ticks: int, **overrides: bool) -> None:
-    """``ticks`` ticks of the engine running the whole cap, none waiting."""
-    facts = {"room": True, "calm": True, "queued": True} | overrides
+def observe(cap: LearnedCap, running: int, waiting: int, ours: int, ticks: int = 2) -> None:
     for _ in range(ticks):
-        assert cap.value is not None
-        cap.observe(cap.value, 0, ours=cap.value, **facts)
+        cap.observe(running, waiting, ours=ours, room=True, calm=True)
 
 
-def test_a_cap_learned_from_another_queue_grows_while_the_engine_runs_it_all() -> None:
-    """Learned at 4 (a long prompt waited for blocks); then the engine runs
-    4, none of its own waiting, the gateway's queue full: the cap grows a
-    quarter (at least one) every ``patience`` ticks."""
-    cap = learned_at(4)
-    at_cap(cap, 1)
-    assert cap.value == 4
-    at_cap(cap, 1)
-    assert cap.value == 5
-    at_cap(cap, 2)
-    assert cap.value == 7  # 5 + ceil(5 / 4)
-    at_cap(cap, 4)
-    assert cap.value == 12  # 7 → 9 → 12
+def test_a_queue_at_a_lower_level_than_the_engine_has_run_caps_it_at_what_it_has_run() -> None:
+    """The engine ran 12 of the gateway's requests; later a long prompt
+    waits for blocks while 4 run: the cap is 12, not 4 (held at 4, the
+    gateway's queue would keep the engine's own empty for good)."""
+    cap = LearnedCap(patience=2)
+    observe(cap, running=12, waiting=0, ours=12)
+    assert cap.value is None
+    observe(cap, running=4, waiting=3, ours=7)
+    assert cap.value == 12
 
 
-def test_nothing_is_probed_without_work_held_back_room_or_calm_or_with_a_queue_in_the_engine() -> (
-    None
-):
-    for overrides in ({"queued": False}, {"room": False}, {"calm": False}):
-        cap = learned_at(4)
-        at_cap(cap, 6, **overrides)
-        assert cap.value == 4, overrides
-    cap = learned_at(4)
-    for _ in range(6):
-        cap.observe(4, 1, ours=5, room=False, calm=True, queued=True)
-    assert cap.value == 4
-    # Running below the cap: the engine does not run all it may.
-    for _ in range(6):
-        cap.observe(3, 0, ours=3, room=True, calm=True, queued=True)
-    assert cap.value == 4
+def test_the_cap_grows_with_what_the_engine_is_seen_running_and_never_falls() -> None:
+    cap = LearnedCap(patience=2)
+    observe(cap, running=8, waiting=3, ours=11)
+    assert cap.value == 8
+    observe(cap, running=10, waiting=5, ours=15)
+    assert cap.value == 10
+    observe(cap, running=6, waiting=5, ours=11)
+    assert cap.value == 10
 
 
-def test_the_engine_queueing_again_ends_a_probe_at_what_it_has_run() -> None:
-    """The engine's true cap is 128: a probe to 160 fills its queue while
-    it runs 128, and the cap comes back to 128 — not lower, though a
-    moment's level of 100 with a queue is seen later."""
-    cap = learned_at(128)
-    at_cap(cap, 2)
-    assert cap.value == 160
-    for _ in range(2):
-        cap.observe(128, 16, ours=160, room=True, calm=True, queued=True)
-    assert cap.value == 128
+def test_a_queue_of_other_clients_requests_teaches_nothing_not_even_what_it_runs() -> None:
+    """vllm-router drives the engine (2 running, 10 waiting) while the
+    gateway has 3 requests there: no cap; nor does what the engine runs
+    of others' requests count later (40 running, the gateway's 5)."""
+    cap = LearnedCap(patience=2)
+    observe(cap, running=2, waiting=10, ours=3, ticks=4)
+    observe(cap, running=40, waiting=0, ours=5)
+    assert cap.value is None
+    observe(cap, running=6, waiting=6, ours=12)
+    assert cap.value == 6
+
+
+def test_a_full_cache_a_preemption_or_a_rising_count_teaches_nothing() -> None:
+    cap = LearnedCap(patience=2)
     for _ in range(3):
-        cap.observe(100, 5, ours=144, room=True, calm=True, queued=True)
-    assert cap.value == 128
-
-
-def test_a_cap_grown_to_the_ceiling_is_no_cap() -> None:
-    cap = learned_at(210)
-    at_cap(cap, 2)
+        cap.observe(5, 9, ours=14, room=False, calm=True)
+        cap.observe(5, 9, ours=14, room=True, calm=False)
+    assert cap.value is None
+    for running in (20, 41, 54, 80):
+        cap.observe(running, 100, ours=running + 100, room=True, calm=True)
     assert cap.value is None
