@@ -112,10 +112,13 @@ async def test_a_prompt_goes_to_the_engine_that_holds_it_until_that_engine_evict
     idle_engine: Engine, second: Engine, start_gateway: StartGateway
 ) -> None:
     fleet = [idle_engine, second]
+    # A prefix no engine holds goes where its key hashes (by default, to the
+    # engine it was first placed on: tests/routing/test_homes.py).
     gateway = start_gateway(
         idle_engine.url,
         upstream_urls=f"{idle_engine.url},{second.url}",
         routing="prefix",
+        routing_placement="key",
         **KV_EVENTS,
     )
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
