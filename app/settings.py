@@ -57,6 +57,12 @@ class Settings(BaseSettings):
     routing_load_factor: float = Field(1.25, ge=1.0)
     # At low load, an engine may exceed its fair share by this many requests.
     routing_load_slack: int = Field(2, ge=0)
+    # Prefix routing on KV cache events: the bound, times its fair share, up
+    # to which the engine holding the most of a prompt keeps it where moving
+    # it would miss and the prefix is not hot (its share of the requests
+    # within what its holders carry: app/routing/heat.py). Never below
+    # ``routing_load_factor``.
+    routing_held_load_factor: float = Field(2.0, ge=1.0)
     # Prefix routing on KV cache events: how long a request may wait for the
     # engine that holds the most of its prompt while another has room,
     # seconds. It waits only while others take that room (an idle engine

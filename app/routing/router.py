@@ -8,7 +8,11 @@ then by the least reserved budget, the fewest requests in flight and the id
 — so that routing is deterministic and the same on every replica. The
 request goes to the best-ranked engine where it fits now and, where the
 route has a load cap, that is under it; when none is under its cap (the
-fleet is nearly full), to the least loaded where it fits.
+fleet is nearly full), to the least loaded where it fits. Where moving it
+would miss (the engine holding the most of the prompt is past the cap, the
+others hold less), it stays while the prefix is not hot: while the engines
+holding it can carry its share of the traffic (``app.routing.heat``), up to
+the looser held bound.
 
 With a cache view (the engines' KV cache events), each engine carries how
 many of the prompt's leading blocks it holds — for every engine or for
@@ -37,6 +41,7 @@ from app.routing.base import (
     Wait,
 )
 from app.routing.filters import ELIGIBLE, eligible
+from app.routing.heat import PrefixHeat
 from app.routing.homes import Homes
 from app.routing.load_cap import LoadCap
 from app.routing.rendezvous import key_weight
@@ -54,6 +59,7 @@ class Router:
         name: str = "least_loaded",
         table: Mapping[ScorerName, Callable[[], Scorer]] = SCORERS,
         homes: Homes | None = None,
+        heat: PrefixHeat | None = None,
     ):
         # What the route is called in traces and logs: its preset, or its weights.
         self.name = name
@@ -70,6 +76,9 @@ class Router:
         # Where prefixes no engine holds are computed (``app.routing.homes``);
         # None: by their key alone (rendezvous hashing).
         self.homes = homes if self.reads_prompts else None
+        # Which prefixes one engine can carry (``app.routing.heat``); None:
+        # every prefix is held to the load cap.
+        self.heat = heat if self.reads_prompts else None
         self.filters = tuple(filters)
 
     def choose(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> Choice | Wait | None:
@@ -89,7 +98,7 @@ class Router:
             preferred is not None
             and request.may_wait
             and _worth_waiting(preferred, candidates)
-            and (cap is None or cap.under(preferred, candidates))
+            and (cap is None or self._under_cap(request, preferred, candidates))
         ):
             return Wait(preferred.id)
         fitting = [e for e in ranked if e.fits]
@@ -102,9 +111,21 @@ class Router:
             cap = None
         allowed = fitting if cap is None else [e for e in fitting if cap.under(e, candidates)]
         chosen = allowed[0] if allowed else min(fitting, key=_least_loaded)
+        if (
+            cap is not None
+            and preferred is not None
+            and preferred.fits
+            and (preferred.held or 0) > (chosen.held or 0)
+            and self._under_cap(request, preferred, candidates)
+        ):
+            # Moved, the prompt would miss: it stays while its holder can
+            # carry it (a prefix not hot, under the held bound).
+            chosen = preferred
         overridden = preferred is not None and chosen is not preferred and preferred.fits
         if self.homes is not None and request.affinity is not None and home is None:
             self.homes.settle(request.affinity, chosen.id)
+        if self.heat is not None and request.affinity is not None:
+            self.heat.observe(request.affinity)
         return Choice(
             chosen.id,
             preferred.id if preferred is not None else None,
@@ -135,6 +156,24 @@ class Router:
 
         order = sorted(range(len(engines)), key=lambda i: (-totals[i], *tie(engines[i])))
         return [engines[i] for i in order]
+
+    def _under_cap(
+        self, request: RouteRequest, holder: EngineLoad, engines: Sequence[EngineLoad]
+    ) -> bool:
+        """Whether ``holder``, the engine holding the most of the prompt, may
+        take it: under the load cap, or — a prefix the engines holding as
+        much can carry at their share (``app.routing.heat``) — under the
+        held bound."""
+        assert self.cap is not None
+        if self.cap.under(holder, engines):
+            return True
+        held = holder.held or 0
+        if self.heat is None or request.affinity is None or held == 0:
+            return False
+        holders = sum(1 for e in engines if (e.held or 0) >= held)
+        return self.heat.carried(request.affinity, holders, len(engines)) and (
+            self.cap.under_held(holder, engines)
+        )
 
     def _home(self, request: RouteRequest, engines: Sequence[EngineLoad]) -> str | None:
         """The prompt's home among ``engines``, if it has one there."""

@@ -10,8 +10,9 @@ started answers 4× later where the documents fit (670 ms against 174), so a
 deployment without events gets least loaded unless it asks for ``prefix``.
 
 ``GATEWAY_ROUTING_SCORERS`` replaces the preset's weights; a load cap
-(``routing_load_factor``, ``routing_load_slack``) bounds every route that
-weighs the prompt (not the requests for a LoRA adapter: app/routing/router.py).
+(``routing_load_factor``, ``routing_load_slack``; ``routing_held_load_factor``
+for a prefix its holder can carry) bounds every route that weighs the
+prompt (not the requests for a LoRA adapter: app/routing/router.py).
 """
 
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from app.routing.base import CacheView
 from app.routing.block_index import BlockIndex
 from app.routing.cached import ReportedCache
+from app.routing.heat import PrefixHeat
 from app.routing.homes import Homes
 from app.routing.load_cap import LoadCap
 from app.routing.router import Router
@@ -42,7 +44,11 @@ def routing_weights(settings: Settings) -> Mapping[ScorerName, float]:
 def build_router(settings: Settings, kv_indexes: Mapping[str, BlockIndex]) -> Router:
     weights = routing_weights(settings)
     reads_prompts = any(w > 0 and name in READS_PROMPTS for name, w in weights.items())
-    cap = LoadCap(settings.routing_load_factor, settings.routing_load_slack)
+    cap = LoadCap(
+        settings.routing_load_factor,
+        settings.routing_load_slack,
+        settings.routing_held_load_factor,
+    )
     # What the engines report holding ranks engines only where a route
     # weighs the prompt at all, and only if they publish it.
     cache: CacheView | None = None
@@ -51,8 +57,18 @@ def build_router(settings: Settings, kv_indexes: Mapping[str, BlockIndex]) -> Ro
     # Homes only beside the engines' events: those tell every replica where a
     # prefix was placed; without them, the key is all that replicas share.
     homes = Homes() if cache is not None and settings.routing_placement == "least_loaded" else None
+    # Heat only beside the events too: without them no engine is known to
+    # hold a prompt, and the cap alone bounds every engine.
+    heat = PrefixHeat() if cache is not None else None
     name = routing_preset(settings) if settings.routing_scorers is None else _named(weights)
-    return Router(weights, cap=cap if reads_prompts else None, cache=cache, name=name, homes=homes)
+    return Router(
+        weights,
+        cap=cap if reads_prompts else None,
+        cache=cache,
+        name=name,
+        homes=homes,
+        heat=heat,
+    )
 
 
 def _named(weights: Mapping[ScorerName, float]) -> str:

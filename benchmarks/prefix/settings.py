@@ -29,6 +29,8 @@ class Setting:
     load_factor: float | None = None
     # GATEWAY_ROUTING_PLACEMENT (None: the gateway's default).
     placement: str | None = None
+    # GATEWAY_ROUTING_HELD_LOAD_FACTOR (None: the gateway's default).
+    held_load_factor: float | None = None
 
     @property
     def slug(self) -> str:
@@ -76,6 +78,24 @@ EVENTS_BY_LOAD_15 = Setting(
     placement="least_loaded",
     load_factor=1.5,
 )
+EVENTS_BY_LOAD_2 = Setting(
+    "prefix, KV events, wait 10 s, idle only, placed by load, load factor 2",
+    "prefix",
+    kv_events=True,
+    affinity_wait=10.0,
+    steal="idle",
+    placement="least_loaded",
+    load_factor=2.0,
+)
+EVENTS_BY_LOAD_HELD_125 = Setting(
+    "prefix, KV events, wait 10 s, idle only, placed by load, held bound 1.25",
+    "prefix",
+    kv_events=True,
+    affinity_wait=10.0,
+    steal="idle",
+    placement="least_loaded",
+    held_load_factor=1.25,
+)
 EVENTS_FACTOR_15 = Setting(
     "prefix, KV events, load factor 1.5", "prefix", kv_events=True, load_factor=1.5
 )
@@ -100,6 +120,8 @@ RAG = [
     EVENTS_BY_KEY,
     EVENTS_BY_LOAD,
     EVENTS_BY_LOAD_15,
+    EVENTS_BY_LOAD_2,
+    EVENTS_BY_LOAD_HELD_125,
     EVENTS_FACTOR_15,
     EVENTS_FACTOR_2,
     EVENTS_QUEUE,
@@ -116,6 +138,8 @@ SKEWED = [
     EVENTS_BY_KEY,
     EVENTS_BY_LOAD,
     EVENTS_BY_LOAD_15,
+    EVENTS_BY_LOAD_2,
+    EVENTS_BY_LOAD_HELD_125,
     EVENTS_FACTOR_15,
     EVENTS_FACTOR_2,
     EVENTS_QUEUE,
@@ -149,6 +173,8 @@ def start(
         env["GATEWAY_ROUTING_LOAD_FACTOR"] = str(setting.load_factor)
     if setting.placement is not None:
         env["GATEWAY_ROUTING_PLACEMENT"] = setting.placement
+    if setting.held_load_factor is not None:
+        env["GATEWAY_ROUTING_HELD_LOAD_FACTOR"] = str(setting.held_load_factor)
     return procs.gateway(f"gateway-{setting.slug}", env, gateway_src)
 
 

@@ -1,8 +1,8 @@
 """Prefix routing on what two real engines report holding (their KV cache
 events, vLLM's ``--kv-events-config``): a prompt one engine holds goes there
-although its key prefers the other; once that engine evicts it, the key
-decides again; a gateway that cannot hear the events ranks by the key and
-counts the fallback.
+although its key prefers the other; once that engine evicts it, it returns
+to its home (or, placed by key, goes where its key hashes); a gateway that
+cannot hear the events ranks by the key and counts the fallback.
 
 The test watches the engine's events itself too (``Watch``), only to know
 when the engine has cached or evicted a prompt and when the gateway has
@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager, suppress
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 import zmq.asyncio
 
 from app.engine.kv_subscriber import KvEventSubscriber
@@ -108,23 +109,37 @@ def routed(gateway: Gateway, engine: Engine) -> float:
     return gateway.metric("gateway_engine_requests_total", engine=label(engine))
 
 
+# Where a prompt goes once the engine that held it has evicted it, by
+# ``GATEWAY_ROUTING_PLACEMENT``: back to its home, the engine it was first
+# sent to (the default), or where its key hashes. Each with a prompt of its
+# own (the seed): the other's may still be cached where it ended.
+AFTER_EVICTION = [
+    pytest.param({}, "home", 5, id="placed-by-load-default"),
+    pytest.param({"routing_placement": "key"}, "key", 1, id="placed-by-key"),
+]
+
+
+@pytest.mark.parametrize(("placement", "returns_to", "seed"), AFTER_EVICTION)
 async def test_a_prompt_goes_to_the_engine_that_holds_it_until_that_engine_evicts_it(
-    idle_engine: Engine, second: Engine, start_gateway: StartGateway
+    idle_engine: Engine,
+    second: Engine,
+    start_gateway: StartGateway,
+    placement: dict[str, str],
+    returns_to: str,
+    seed: int,
 ) -> None:
     fleet = [idle_engine, second]
-    # A prefix no engine holds goes where its key hashes (by default, to the
-    # engine it was first placed on: tests/routing/test_homes.py).
     gateway = start_gateway(
         idle_engine.url,
         upstream_urls=f"{idle_engine.url},{second.url}",
         routing="prefix",
-        routing_placement="key",
+        **placement,
         **KV_EVENTS,
     )
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
     assert await wait_for(lambda: gateway.metric("gateway_kv_events_up") == 2, timeout=60)
     # Its key prefers the second engine; the first is made to hold it.
-    ids = prompt_preferring(second, fleet, seed=1)
+    ids = prompt_preferring(second, fleet, seed=seed)
     async with watching(idle_engine) as watch:
         await complete(idle_engine.url, ids)
         assert await wait_for(lambda: watch.holds(ids) == 3, timeout=60)
@@ -141,8 +156,11 @@ async def test_a_prompt_goes_to_the_engine_that_holds_it_until_that_engine_evict
         assert await wait_for(lambda: watch.holds(ids) == 0, timeout=60)
         assert await watch.gateway_sees_as_much(gateway, idle_engine)
 
+        # No engine holds it now. Its home is the first engine, where its
+        # first request went; its key still prefers the second.
         await complete(gateway.url, ids)
-        assert (routed(gateway, idle_engine), routed(gateway, second)) == (1, 1)
+        expected = (2, 0) if returns_to == "home" else (1, 1)
+        assert (routed(gateway, idle_engine), routed(gateway, second)) == expected
     assert gateway.metric("gateway_routing_kv_fallbacks_total") == 0
 
 
