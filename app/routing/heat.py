@@ -30,8 +30,11 @@ from app.routing.homes import HOMES
 
 # About how many requests the shares are measured over.
 WINDOW = 512
-# Below this many requests' worth of history, a share is not trusted and a
-# prefix counts as hot (the load cap's bound, the behaviour without heat).
+# Below this many requests' worth of history a share is not known, and
+# every prefix counts as carried: at the start the engines are empty and
+# the homes spread new prefixes by load, so a hot one shows within the
+# first requests; held to the cap meanwhile, the documents of the first
+# burst would overflow onto each other's engines and evict each other.
 TRUSTED = 64
 
 
@@ -56,7 +59,7 @@ class PrefixHeat:
             self._counts.popitem(last=False)
 
     def share(self, key: int) -> float | None:
-        """``key``'s part of the recent requests (None: too few yet)."""
+        """``key``'s part of the recent requests (None: too few to say)."""
         keep, seen = self._keep, self._seen
         total = (1.0 - keep**seen) / (1.0 - keep)
         if total < self._trusted:
@@ -65,9 +68,10 @@ class PrefixHeat:
 
     def carried(self, key: int, holders: int, engines: int) -> bool:
         """Whether ``holders`` of ``engines`` carry ``key``'s prefix at their
-        fair share: its share of the requests at most theirs of the fleet."""
+        fair share: its share of the requests at most theirs of the fleet
+        (while no share is known yet, every prefix)."""
         share = self.share(key)
-        return share is not None and engines > 0 and share * engines <= holders
+        return share is None or share * engines <= holders
 
     def _count(self, key: int) -> float:
         count, at = self._counts.get(key, (0.0, self._seen))

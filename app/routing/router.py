@@ -10,9 +10,9 @@ request goes to the best-ranked engine where it fits now and, where the
 route has a load cap, that is under it; when none is under its cap (the
 fleet is nearly full), to the least loaded where it fits. Where moving it
 would miss (the engine holding the most of the prompt is past the cap, the
-others hold less), it stays while the prefix is not hot: while the engines
-holding it can carry its share of the traffic (``app.routing.heat``), up to
-the looser held bound.
+others hold less; or, held nowhere, it is at its home), it stays while the
+prefix is not hot: while the engines holding it can carry its share of the
+traffic (``app.routing.heat``), up to the looser held bound.
 
 With a cache view (the engines' KV cache events), each engine carries how
 many of the prompt's leading blocks it holds — for every engine or for
@@ -98,7 +98,7 @@ class Router:
             preferred is not None
             and request.may_wait
             and _worth_waiting(preferred, candidates)
-            and (cap is None or self._under_cap(request, preferred, candidates))
+            and (cap is None or self._under_cap(request, preferred, candidates, home))
         ):
             return Wait(preferred.id)
         fitting = [e for e in ranked if e.fits]
@@ -115,11 +115,12 @@ class Router:
             cap is not None
             and preferred is not None
             and preferred.fits
-            and (preferred.held or 0) > (chosen.held or 0)
-            and self._under_cap(request, preferred, candidates)
+            and _keeps(preferred, chosen, home)
+            and self._under_cap(request, preferred, candidates, home)
         ):
-            # Moved, the prompt would miss: it stays while its holder can
-            # carry it (a prefix not hot, under the held bound).
+            # Moved, the prompt would miss and evict another there: it stays
+            # while its holder can carry it (a prefix not hot, under the held
+            # bound).
             chosen = preferred
         overridden = preferred is not None and chosen is not preferred and preferred.fits
         if self.homes is not None and request.affinity is not None and home is None:
@@ -158,19 +159,28 @@ class Router:
         return [engines[i] for i in order]
 
     def _under_cap(
-        self, request: RouteRequest, holder: EngineLoad, engines: Sequence[EngineLoad]
+        self,
+        request: RouteRequest,
+        holder: EngineLoad,
+        engines: Sequence[EngineLoad],
+        home: str | None,
     ) -> bool:
-        """Whether ``holder``, the engine holding the most of the prompt, may
-        take it: under the load cap, or — a prefix the engines holding as
-        much can carry at their share (``app.routing.heat``) — under the
-        held bound."""
+        """Whether ``holder``, the engine holding the most of the prompt (or,
+        where none holds any, its home), may take it: under the load cap,
+        or — a prefix the engines holding as much can carry at their share
+        (``app.routing.heat``) — under the held bound."""
         assert self.cap is not None
         if self.cap.under(holder, engines):
             return True
-        held = holder.held or 0
-        if self.heat is None or request.affinity is None or held == 0:
+        if self.heat is None or request.affinity is None:
             return False
-        holders = sum(1 for e in engines if (e.held or 0) >= held)
+        held = holder.held or 0
+        if held > 0:
+            holders = sum(1 for e in engines if (e.held or 0) >= held)
+        elif holder.id == home:
+            holders = 1
+        else:
+            return False
         return self.heat.carried(request.affinity, holders, len(engines)) and (
             self.cap.under_held(holder, engines)
         )
@@ -207,6 +217,14 @@ def _worth_waiting(preferred: EngineLoad, engines: Sequence[EngineLoad]) -> bool
         and not preferred.fits
         and not any(e.fits and (e.held or 0) >= held for e in engines)
     )
+
+
+def _keeps(preferred: EngineLoad, chosen: EngineLoad, home: str | None) -> bool:
+    """Whether the request would lose by going to ``chosen`` rather than
+    ``preferred``: a miss (``preferred`` holds more of the prompt), or a
+    prefix nobody holds computed away from its home."""
+    held, there = preferred.held or 0, chosen.held or 0
+    return held > there or (held == there == 0 and preferred.id == home)
 
 
 def _for_an_adapter(request: RouteRequest, engines: Sequence[EngineLoad]) -> bool:
