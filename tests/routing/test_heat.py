@@ -169,3 +169,13 @@ def test_a_request_waits_for_a_holder_past_the_cap_that_can_carry_its_prefix() -
     engines = fleet(16, 8, a_fits=False)
     assert choose(router(Held({"a": 4}), heat_of(EIGHT)), 10, engines, may_wait=True) == "wait a"
     assert choose(router(Held({"a": 4}), heat_of(SKEWED)), HOT, engines, may_wait=True) == "b"
+
+
+def test_the_router_counts_the_prefixes_it_routes() -> None:
+    """A prefix every request has brought is hot once its share is known."""
+    heat = PrefixHeat(window=64, trusted=16)
+    r = router(Held({"a": 4}), heat)
+    assert choose(r, HOT, fleet(16, 8)) == "a"  # no share known yet
+    for _ in range(20):
+        choose(r, HOT, fleet(0, 0))
+    assert choose(r, HOT, fleet(16, 8)) == "b"

@@ -85,3 +85,16 @@ def test_homes_are_kept_only_beside_the_engines_events_and_by_load() -> None:
     by_key = Settings(kv_events_endpoint=EVENTS, routing_placement="key")
     assert build_router(by_key, INDEXES).homes is None
     assert build_router(Settings(routing="prefix"), INDEXES).homes is None
+
+
+def test_heat_is_kept_only_beside_the_engines_events_and_the_held_bound_is_set() -> None:
+    router = build_router(Settings(kv_events_endpoint=EVENTS), INDEXES)
+    assert router.heat is not None
+    assert router.cap is not None
+    assert router.cap.held_factor == 2.0
+    held = Settings(kv_events_endpoint=EVENTS, routing_held_load_factor=3)
+    assert build_router(held, INDEXES).cap.held_factor == 3  # type: ignore[union-attr]
+    # Never below the load cap's own factor.
+    low = Settings(kv_events_endpoint=EVENTS, routing_held_load_factor=1, routing_load_factor=1.5)
+    assert build_router(low, INDEXES).cap.held_factor == 1.5  # type: ignore[union-attr]
+    assert build_router(Settings(routing="prefix"), INDEXES).heat is None
