@@ -61,41 +61,27 @@ EVENTS_BY_KEY = Setting(
     steal="idle",
     placement="key",
 )
-EVENTS_BY_LOAD = Setting(
-    "prefix, KV events, wait 10 s, idle only, placed by load",
-    "prefix",
-    kv_events=True,
-    affinity_wait=10.0,
-    steal="idle",
-    placement="least_loaded",
-)
-EVENTS_BY_LOAD_15 = Setting(
-    "prefix, KV events, wait 10 s, idle only, placed by load, load factor 1.5",
-    "prefix",
-    kv_events=True,
-    affinity_wait=10.0,
-    steal="idle",
-    placement="least_loaded",
-    load_factor=1.5,
-)
-EVENTS_BY_LOAD_2 = Setting(
-    "prefix, KV events, wait 10 s, idle only, placed by load, load factor 2",
-    "prefix",
-    kv_events=True,
-    affinity_wait=10.0,
-    steal="idle",
-    placement="least_loaded",
-    load_factor=2.0,
-)
-EVENTS_BY_LOAD_HELD_125 = Setting(
-    "prefix, KV events, wait 10 s, idle only, placed by load, held bound 1.25",
-    "prefix",
-    kv_events=True,
-    affinity_wait=10.0,
-    steal="idle",
-    placement="least_loaded",
-    held_load_factor=1.25,
-)
+
+
+def _by_load(suffix: str = "", **overrides: float) -> Setting:
+    """Placed by load (the defaults of routing on KV events, named), with
+    ``overrides`` of the load cap's settings."""
+    return Setting(
+        "prefix, KV events, wait 10 s, idle only, placed by load" + suffix,
+        "prefix",
+        kv_events=True,
+        affinity_wait=10.0,
+        steal="idle",
+        placement="least_loaded",
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+EVENTS_BY_LOAD = _by_load()
+EVENTS_BY_LOAD_15 = _by_load(", load factor 1.5", load_factor=1.5)
+EVENTS_BY_LOAD_2 = _by_load(", load factor 2", load_factor=2.0)
+# The behaviour before the held bound: every prefix held to the load cap.
+EVENTS_BY_LOAD_HELD_125 = _by_load(", held bound 1.25", held_load_factor=1.25)
 EVENTS_FACTOR_15 = Setting(
     "prefix, KV events, load factor 1.5", "prefix", kv_events=True, load_factor=1.5
 )

@@ -5,8 +5,6 @@ cap up to the held bound (moved, it would miss), and so does one held
 nowhere at its home; a hot one goes on at the cap; an engine that holds as
 much takes the overflow at the cap. Pure, no engines."""
 
-from dataclasses import dataclass
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +16,7 @@ from app.routing.homes import Homes
 from app.routing.load_cap import LoadCap
 from app.routing.router import Router
 from app.routing.scorers import PRESETS
+from tests.support.routing import Held
 
 PROMPT = PromptBlocks((1, 2, 3, 4))
 HOT, COLD = 1, 2
@@ -89,16 +88,6 @@ def test_shares_lie_in_0_1_and_sum_to_at_most_1(requests: list[int], window: int
 
 
 # --- the router keeping heat -------------------------------------------------
-
-
-@dataclass
-class Held:
-    """Leading blocks held, by engine: every engine known."""
-
-    held_by: dict[str, int]
-
-    def held(self, request: RouteRequest, engine: str) -> int:
-        return self.held_by.get(engine, 0)
 
 
 def router(held: Held, heat: PrefixHeat | None) -> Router:

@@ -5,8 +5,6 @@ back there once evicted everywhere, documents arriving together spread by
 the load they bring (where their keys alone would put them by chance), and
 a home that left the fleet is replaced. Pure, no engines."""
 
-from dataclasses import dataclass
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,19 +16,9 @@ from app.routing.load_cap import LoadCap
 from app.routing.rendezvous import key_weight
 from app.routing.router import Router
 from app.routing.scorers import PRESETS
-from tests.support.routing import FACTOR, SLACK
+from tests.support.routing import FACTOR, SLACK, Held
 
 PROMPT = PromptBlocks((1, 2, 3, 4))
-
-
-@dataclass
-class Held:
-    """Leading blocks held, by engine: every engine known."""
-
-    held_by: dict[str, int]
-
-    def held(self, request: RouteRequest, engine: str) -> int:
-        return self.held_by.get(engine, 0)
 
 
 def router(held: Held, homes: Homes | None) -> Router:

@@ -1,13 +1,27 @@
 """Routes as the settings build them, for tests that pick among engines by
-hand: ``GATEWAY_ROUTING=prefix``'s router, and the same asked for a key."""
+hand: ``GATEWAY_ROUTING=prefix``'s router, the same asked for a key, and a
+cache view from a table."""
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from app.routing.base import CacheView, Choice, EngineLoad, RouteRequest, Wait
 from app.routing.load_cap import LoadCap
 from app.routing.router import Router
 from app.routing.scorers import PRESETS
 from app.settings import Settings
+
+
+@dataclass
+class Held:
+    """A cache view from a table: the leading blocks of the prompt each
+    engine holds (every engine known: 0 where none)."""
+
+    held_by: dict[str, int]
+
+    def held(self, request: RouteRequest, engine: str) -> int:
+        return self.held_by.get(engine, 0)
+
 
 # The settings' defaults.
 FACTOR: float = Settings.model_fields["routing_load_factor"].default
