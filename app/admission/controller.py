@@ -250,6 +250,9 @@ class AdmissionController:
     def streamed(self, reservation: Reservation, tokens: int, events: int) -> None:
         self.policy.streamed(reservation, tokens, events)
 
+    def learning_events(self, model: str) -> bool:
+        return self.policy.learning_events(model)
+
     def hand_on(self, reservation: Reservation) -> None:
         if self.policy.hand_on(reservation):
             self._dispatch.handed_on(reservation)

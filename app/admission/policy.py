@@ -381,7 +381,16 @@ class AdmissionPolicy:
             return HandingOn()
         refill = budget.refill
         refill.travelled(travel)
-        return HandingOn(refill.ahead(most), refill.tokens_per_event)
+        return HandingOn(refill.ahead(most), refill.carried)
+
+    def learning_events(self, model: str) -> bool:
+        """Whether an engine up and serving ``model`` has yet to learn what
+        a stream's event carries (``app.admission.refill``, *Handing on*)."""
+        return any(
+            budget.refill.learning
+            for budget in self.engines.values()
+            if budget.up and model in budget.models
+        )
 
     def streamed(self, reservation: Reservation, tokens: int, events: int) -> None:
         """Its stream completed: ``tokens`` of output in ``events`` events."""

@@ -54,7 +54,12 @@ in one read, and their pace of nothing handed a place on at once. Tokens
 are counted from the events sent, times the tokens an event carried in the
 engine's completed streams: under overload it puts several in one (181–232
 events for 256 tokens, measured), and counted one an event, more than half
-the streams never came within the time ahead of their bound. Its
+the streams never came within the time ahead of their bound. The mean is
+the plain average of the first ``1 / ALPHA`` streams (moved a tenth of the
+way from one token an event, the streams of a fresh gateway's second batch
+counted little more than one), and a stream reads it whenever it checks,
+so a stream that began before its engine had learned counts with what the
+engine knows now. Its
 blocks stay held until it ends, so the KV budget still counts both. What
 it costs fairness is the lead's, bounded in time: a request handed a place
 waits in the engine's FIFO about that long at most. A stream that stops
@@ -63,6 +68,7 @@ see its end coming); the lead is for those.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 PATIENCE = 3
@@ -71,15 +77,23 @@ PATIENCE = 3
 MARGIN = 2.0
 # The weight of a new travel time in its running mean.
 ALPHA = 0.1
+# The completed streams whose plain mean says what an event carries before
+# the running mean takes over; until then an engine is still learning it.
+FIRST_STREAMS = round(1 / ALPHA)
+
+
+def _one() -> float:
+    return 1.0
 
 
 @dataclass(frozen=True)
 class HandingOn:
     """When a stream hands its place on: ``ahead`` seconds before its end
-    (0: never), its tokens counted as ``tokens_per_event`` per event sent."""
+    (0: never), its tokens counted as ``tokens_per_event()`` per event sent
+    (read at each check: its engine keeps learning while it streams)."""
 
     ahead: float = 0.0
-    tokens_per_event: float = 1.0
+    tokens_per_event: Callable[[], float] = _one
 
 
 class RefillLead:
@@ -94,6 +108,7 @@ class RefillLead:
         # Tokens per stream event, as completed streams showed (a running
         # mean): under load the engine puts several tokens in one event.
         self.tokens_per_event = 1.0
+        self._streams = 0
 
     def travelled(self, seconds: float) -> None:
         """An admitted stream's engine answered ``seconds`` after admission."""
@@ -103,8 +118,21 @@ class RefillLead:
     def streamed(self, tokens: int, events: int) -> None:
         """A completed stream had ``tokens`` of output in ``events`` events."""
         if events > 0 and tokens >= events:
-            ratio = tokens / events
-            self.tokens_per_event += ALPHA * (ratio - self.tokens_per_event)
+            # The plain mean of the first streams, a running mean after.
+            self._streams += 1
+            weight = 1.0 / min(self._streams, FIRST_STREAMS)
+            self.tokens_per_event += weight * (tokens / events - self.tokens_per_event)
+
+    def carried(self) -> float:
+        """Tokens per stream event, as the engine's completed streams showed."""
+        return self.tokens_per_event
+
+    @property
+    def learning(self) -> bool:
+        """Fewer than ``FIRST_STREAMS`` of the engine's streams completed:
+        what an event carries is not known yet, and streams count their
+        tokens from the usage the engine puts in each chunk."""
+        return self._streams < FIRST_STREAMS
 
     def ahead(self, most: float) -> float:
         """How long before its end a stream hands its place on: ``MARGIN``

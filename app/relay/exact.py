@@ -27,6 +27,7 @@ from app.relay.usage import usage_counts
 from app.routes import UsageNames
 
 _CHUNK_USAGE = b',"usage":{'
+_COMPLETION = re.compile(rb'"completion_tokens":(\d+)')
 # A content chunk's choice; a transcription's has no index (it has one).
 _CHOICE = re.compile(rb'"choices":\[\{(?:"index":(\d+))?')
 
@@ -68,6 +69,17 @@ class ExactUsageRelay(StreamRelay):
             kept.append(event)
         return b"".join(kept)
 
+    def _tokens_sent(self) -> float:
+        """What the engine last said each choice had generated (the events
+        counted until a chunk said it)."""
+        if not self._seen:
+            return super()._tokens_sent()
+        total = 0
+        for usage in self._seen.values():
+            found = _COMPLETION.search(usage)
+            total += int(found.group(1)) if found else 0
+        return float(total) if total else super()._tokens_sent()
+
     def count_partial_output(self) -> None:
         """A stream that ended early: what the engine last said each of its
         choices had generated."""
@@ -87,14 +99,14 @@ class ExactUsageRelay(StreamRelay):
 
 def _object_end(data: bytes, opening: int) -> int:
     """The index just past the JSON object of counts opening at ``opening``
-    (-1: it does not end in ``data``)."""
-    depth = 0
-    for at in range(opening, len(data)):
-        byte = data[at]
-        if byte == 0x7B:  # {
-            depth += 1
-        elif byte == 0x7D:  # }
-            depth -= 1
-            if depth == 0:
-                return at + 1
-    return -1
+    (-1: it does not end in ``data``). From brace to closing brace, each
+    step counting the objects opened on the way (no strings in counts)."""
+    depth, at = 0, opening
+    while True:
+        close = data.find(b"}", at)
+        if close < 0:
+            return -1
+        depth += data.count(b"{", at, close) - 1
+        if depth == 0:
+            return close + 1
+        at = close + 1

@@ -65,21 +65,25 @@ class StreamRelay:
         self._ending: Callable[[], None] | None = None
         self._bound = 0
         self._ahead = 0.0
-        self._per_event = 1.0
+        self._per_event: Callable[[], float] = _one
 
     def ending_within(
-        self, seconds: float, bound: int, call: Callable[[], None], per_event: float = 1.0
+        self,
+        seconds: float,
+        bound: int,
+        call: Callable[[], None],
+        per_event: Callable[[], float] | None = None,
     ) -> None:
         """Call ``call`` once, when the stream is ``seconds`` from its
         ``bound`` of tokens — its ``max_tokens`` times its sequences — each
-        event sent counted as ``per_event`` tokens (``app.admission.refill``,
-        *Handing on*). The time left is the tokens left at the pace the
-        stream has kept so far, measured over half of ``seconds`` at least.
-        A stream that stops earlier (a stop token, a stop string) never
-        calls it."""
+        event sent counted as ``per_event()`` tokens, read at each check
+        (``app.admission.refill``, *Handing on*). The time left is the
+        tokens left at the pace the stream has kept so far, measured over
+        half of ``seconds`` at least. A stream that stops earlier (a stop
+        token, a stop string) never calls it."""
         if seconds > 0 and bound > 0:
             self._ending, self._bound, self._ahead = call, bound, seconds
-            self._per_event = max(1.0, per_event)
+            self._per_event = per_event or _one
 
     @property
     def events(self) -> int:
@@ -107,8 +111,8 @@ class StreamRelay:
         return data
 
     def _check_ending(self, now: float, first: float) -> None:
-        events, span, per_event = self._events, now - first, self._per_event
-        left = self._bound - events * per_event
+        events, span, sent = self._events, now - first, self._tokens_sent()
+        left = self._bound - sent
         if left > 0:
             # The pace is trusted once measured over half the time it must
             # look ahead: a stream's first tokens often come in one read
@@ -118,7 +122,8 @@ class StreamRelay:
             # its place is due on 2-3 s before its end.
             if events < 2 or span < _PACE_SPAN * self._ahead:
                 return
-            if left * span / ((events - 1) * per_event) > self._ahead:
+            # The pace: the tokens sent after the first event, over the span.
+            if left * span * events / (sent * (events - 1)) > self._ahead:
                 return
         call, self._ending = self._ending, None
         if call is not None:
@@ -162,6 +167,11 @@ class StreamRelay:
     def _count_sent(self, data: bytes) -> None:
         self._events += data.count(b"data: {")
 
+    def _tokens_sent(self) -> float:
+        """The tokens sent so far: the events, each counted as what its
+        engine's streams carried an event."""
+        return self._events * max(1.0, self._per_event())
+
     def _take_usage(self, data: bytes) -> bytes:
         kept = []
         for event in split_events(data):
@@ -179,6 +189,10 @@ class StreamRelay:
                     continue
             kept.append(event)
         return b"".join(kept)
+
+
+def _one() -> float:
+    return 1.0
 
 
 def _has_choices(chunk: object) -> bool:

@@ -2,6 +2,8 @@
 engine's cap so that a freed slot is refilled from the engine's own queue,
 and how long before its end a stream hands its place on."""
 
+import pytest
+
 from app.admission.budget import BudgetConfig, EngineBudget
 from app.admission.fairqueue import Waiter
 from app.admission.refill import MARGIN, PATIENCE, RefillLead
@@ -102,8 +104,8 @@ def test_a_stream_hands_on_twice_a_refills_measured_travel_ahead_at_most_the_bou
 
 def test_tokens_per_event_follow_what_completed_streams_carried() -> None:
     """One token an event until a stream says otherwise; 256 tokens in 200
-    events move the mean toward 1.28, and nothing below one token an event
-    (or a stream with no events) counts."""
+    events make the mean 1.28, and nothing below one token an event (or a
+    stream with no events) counts."""
     lead = RefillLead(max_lead=16)
     assert lead.tokens_per_event == 1.0
     lead.streamed(256, 0)
@@ -111,4 +113,20 @@ def test_tokens_per_event_follow_what_completed_streams_carried() -> None:
     assert lead.tokens_per_event == 1.0
     for _ in range(100):
         lead.streamed(256, 200)
-    assert 1.27 < lead.tokens_per_event <= 1.28
+    assert lead.tokens_per_event == pytest.approx(1.28)
+
+
+def test_the_first_streams_teach_their_plain_mean_and_later_ones_a_tenth() -> None:
+    """The first completed stream says what an event carries at once (a
+    fresh gateway's second batch counts with it), the first ten are
+    averaged, and from then on each moves the mean a tenth of the way."""
+    lead = RefillLead(max_lead=16)
+    lead.streamed(300, 200)
+    assert lead.carried() == pytest.approx(1.5)
+    lead.streamed(200, 200)
+    assert lead.carried() == pytest.approx(1.25)
+    for _ in range(8):
+        lead.streamed(250, 200)
+    assert lead.carried() == pytest.approx(1.25)
+    lead.streamed(450, 200)
+    assert lead.carried() == pytest.approx(1.25 + 0.1 * (2.25 - 1.25))

@@ -111,3 +111,29 @@ def test_each_choice_counts_its_own_last_usage() -> None:
     r.count_partial_output()
     assert record.completion_tokens == 4 + 5
     assert record.prompt_tokens == 6
+
+
+def test_a_usage_with_an_object_of_counts_inside_is_cut_out_whole() -> None:
+    """vLLM's usage may hold one object of counts (the prompt's cached
+    tokens): the cut ends at the usage's own closing brace."""
+    nested = (
+        b',"usage":{"prompt_tokens":6,"total_tokens":8,"completion_tokens":2,'
+        b'"prompt_tokens_details":{"cached_tokens":4}}'
+    )
+    r, _ = relay(forward_usage=False)
+    sent = r.feed(HEAD + STEP + nested + b"}\n\n", 1.0)
+    assert sent == HEAD + STEP + b"}\n\n"
+
+
+def test_a_stream_hands_on_by_the_tokens_its_chunks_say() -> None:
+    """Two tokens an event, as the engine's usage says, one event every
+    0.2 s toward 100 tokens: due within 1 s at the 45th event (10 tokens
+    left), with nothing learned of what an event carries (one each)."""
+    r, _ = relay(forward_usage=False)
+    called: list[int] = []
+    r.ending_within(1.0, 100, lambda: called.append(1))
+    for i in range(44):
+        r.feed(HEAD + STEP + usage(2 * (i + 1)) + b"}\n\n", 0.2 * i)
+    assert called == []
+    r.feed(HEAD + STEP + usage(90) + b"}\n\n", 0.2 * 44)
+    assert called == [1]

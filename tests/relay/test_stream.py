@@ -34,6 +34,7 @@ async def test_content_still_arrives_with_continuous_usage_stats() -> None:
     """A content chunk that carries usage (continuous usage stats) is never
     dropped, even when the client did not ask for the usage chunk."""
     async with in_process_gateway() as gateway:
+        gateway.teach_events()
         exchange, call = await open_stream(gateway)
         assert call.body["stream_options"] == {
             "include_usage": True,
@@ -105,8 +106,24 @@ def test_events_carrying_several_tokens_are_counted_as_such() -> None:
     within 1 s from the 45th event on (10 tokens left); counted one an event,
     it would never be due before its 50 events ended."""
     relay, called = _relay(), []
-    relay.ending_within(1.0, 100, lambda: called.append(1), per_event=2.0)
+    relay.ending_within(1.0, 100, lambda: called.append(1), per_event=lambda: 2.0)
     for i in range(44):
+        relay.feed(chunk("tt"), 0.2 * i)
+    assert called == []
+    relay.feed(chunk("tt"), 0.2 * 44)
+    assert called == [1]
+
+
+def test_a_stream_counts_with_what_its_engine_learned_since_it_began() -> None:
+    """A stream that began when its engine knew one token an event, and
+    whose engine then learned two (another stream completed), counts two
+    from then on: due at the 45th event, as if it had known from the start."""
+    relay, called, carried = _relay(), [], [1.0]
+    relay.ending_within(1.0, 100, lambda: called.append(1), per_event=lambda: carried[0])
+    for i in range(30):
+        relay.feed(chunk("tt"), 0.2 * i)
+    carried[0] = 2.0
+    for i in range(30, 44):
         relay.feed(chunk("tt"), 0.2 * i)
     assert called == []
     relay.feed(chunk("tt"), 0.2 * 44)
