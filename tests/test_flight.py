@@ -234,6 +234,10 @@ async def test_streams_count_by_each_chunks_usage_until_their_engine_learned_an_
     and their clients get the stream without it; once the engine's first
     streams have completed, a stream asks for the last chunk's usage only."""
     async with in_process_gateway() as gateway:
+        admission = gateway.services.admission
+        assert isinstance(admission, AdmissionController)
+        (budget,) = admission.policy.engines.values()
+        assert budget.status()["refill_learning"] is True
         for _ in range(FIRST_STREAMS):
             exchange, call = await open_stream(gateway, max_tokens=4)
             assert call.body["stream_options"]["continuous_usage_stats"] is True
@@ -248,6 +252,7 @@ async def test_streams_count_by_each_chunks_usage_until_their_engine_learned_an_
         call.end()
         await exchange.done()
         assert gateway.metric("gateway_requests_total", outcome="completed") == FIRST_STREAMS + 1
+        assert budget.status()["refill_learning"] is False
         assert gateway.settled()
 
 

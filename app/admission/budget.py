@@ -169,6 +169,7 @@ class EngineBudget:
             "refill_lead": self.refill.lead,
             "refill_travel_seconds": self.refill.travel,
             "refill_tokens_per_event": round(self.refill.tokens_per_event, 3),
+            "refill_learning": self.refill.learning,
             "max_sequences": self.max_sequences,
             "in_flight": self.in_flight,
             "running_sequences": self.running_sequences,

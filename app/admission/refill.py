@@ -54,17 +54,21 @@ in one read, and their pace of nothing handed a place on at once. Tokens
 are counted from the events sent, times the tokens an event carried in the
 engine's completed streams: under overload it puts several in one (181–232
 events for 256 tokens, measured), and counted one an event, more than half
-the streams never came within the time ahead of their bound. The mean is
-the plain average of the first ``1 / ALPHA`` streams (moved a tenth of the
-way from one token an event, the streams of a fresh gateway's second batch
-counted little more than one), and a stream reads it whenever it checks,
-so a stream that began before its engine had learned counts with what the
-engine knows now. Its
-blocks stay held until it ends, so the KV budget still counts both. What
-it costs fairness is the lead's, bounded in time: a request handed a place
-waits in the engine's FIFO about that long at most. A stream that stops
-earlier, or a non-streamed answer, hands nothing on (the gateway cannot
-see its end coming); the lead is for those.
+the streams never came within the time ahead of their bound. Until an
+engine's first ``FIRST_STREAMS`` streams have completed (``learning``), the
+chat and completion streams that may go to it ask it for their usage in
+every chunk (vLLM's continuous usage stats, cut out again for the client:
+``app.relay.exact``) and count their tokens from it, so a fresh gateway's
+first batch hands its places on when it aims to (counting one token an
+event it did so later: 0.55 s before its streams' end against 0.90 s, in
+one measured round). The mean is the plain average of those first streams,
+a running mean after (moved a tenth of the way from one token an event, a
+fresh gateway's second batch counted little more than one), and a stream
+reads it whenever it checks. Its blocks stay held until it ends, so the KV
+budget still counts both. What it costs fairness is the lead's, bounded
+in time: a request handed a place waits in the engine's FIFO about that
+long at most. A stream that stops earlier, or a non-streamed answer, hands
+nothing on (the gateway cannot see its end coming); the lead is for those.
 """
 
 import math
