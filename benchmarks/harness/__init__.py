@@ -25,6 +25,7 @@ from benchmarks.harness.machine import (
     machine_state,
     own_cpu,
     tree_cpu,
+    tree_kernel_cpu,
 )
 from benchmarks.harness.measure import Bench, Sampler, Window, by_label, measured
 from benchmarks.harness.processes import Processes, Service, access_log, model_name, wait_ready
@@ -63,6 +64,7 @@ __all__ = [
     "table",
     "tokens_within",
     "tree_cpu",
+    "tree_kernel_cpu",
     "wait_ready",
     "write_json",
 ]

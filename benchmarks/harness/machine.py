@@ -79,6 +79,18 @@ def tree_cpu(pid: int) -> float:
     return sum(cpu_seconds(tree(pid)).values())
 
 
+def tree_kernel_cpu(pid: int) -> float:
+    """The system part of ``tree_cpu``: seconds the kernel spent on the
+    tree's behalf (its sockets' reads, writes and polls). What a relay
+    spends beyond it is its own code's."""
+    total = 0
+    for member in tree(pid):
+        fields = _stat(member)
+        if fields is not None:
+            total += int(fields[12])
+    return total / _CLK_TCK
+
+
 def own_cpu() -> float:
     """CPU seconds of this process (the benchmark's client)."""
     t = os.times()

@@ -189,6 +189,16 @@ class Processes:
         proc = self._start(name, argv, {})
         return Service(name, f"http://127.0.0.1:{port}", proc)
 
+    def bare_relay(self, name: str, upstream: str) -> Service:
+        """The floor of a relay on the gateway's stack
+        (``benchmarks/overhead/bare_relay.py``: uvicorn and aiohttp, nothing
+        else) in front of ``upstream``; call ``wait_ready``."""
+        port = free_port()
+        argv = [sys.executable, "-m", "benchmarks.overhead.bare_relay"]
+        env = {"BARE_RELAY_UPSTREAM": upstream, "BARE_RELAY_PORT": str(port)}
+        proc = self._start(name, argv, env)
+        return Service(name, f"http://127.0.0.1:{port}", proc)
+
     def trace_backend(self, name: str = "traces") -> Service:
         """The local trace backend (``deploy/traces/run.sh``; ``make
         trace-backend`` installs it); its URL takes OTLP/HTTP at

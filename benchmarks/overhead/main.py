@@ -86,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
         "--kv-blocks", type=int, help="the engine's KV blocks (vLLM's --num-gpu-blocks-override)"
     )
     p.add_argument("--max-num-seqs", type=int, default=128)
-    p.add_argument("--profile-targets", type=choices(tuple(GATEWAYS)), default=["makeup"])
+    p.add_argument("--profile-targets", type=choices((*GATEWAYS, "bare")), default=["makeup"])
     p.add_argument("--profile-streams", type=int, default=32)
     p.add_argument("--profile-seconds", type=int, default=15)
     p.add_argument("--profile-rate", type=int, default=100)

@@ -45,6 +45,8 @@ class Run:
     itl_p50: float | None
     itl_p99: float | None
     proxy_cpu_s: float | None
+    # The kernel's part of it (the sockets' syscalls).
+    proxy_kernel_cpu_s: float | None
     engine_api_cpu_s: float
     client_cpu_s: float
     preemptions: float
@@ -126,9 +128,11 @@ def summarise(
     gaps = [g for c in measured for g in c.gaps]
     streamed = [c for c in ok if c.streamed and c.events]
     events = sum(c.events for c in streamed)
-    proxy_cpu = None
+    proxy_cpu = proxy_kernel = None
     if before.proxy is not None and after.proxy is not None:
         proxy_cpu = after.proxy - before.proxy
+    if before.proxy_kernel is not None and after.proxy_kernel is not None:
+        proxy_kernel = after.proxy_kernel - before.proxy_kernel
     in_window = tokens_within(ok, start, end)
     return Run(
         layout=layout,
@@ -147,6 +151,7 @@ def summarise(
         itl_p50=q(gaps, 0.5),
         itl_p99=q(gaps, 0.99),
         proxy_cpu_s=proxy_cpu,
+        proxy_kernel_cpu_s=proxy_kernel,
         engine_api_cpu_s=after.engine_api - before.engine_api,
         client_cpu_s=after.client - before.client,
         preemptions=window.delta(PREEMPTIONS),
@@ -228,6 +233,9 @@ def aggregate(runs: list[Run], rows: list[Row], targets: list[str]) -> list[dict
                     "itl_p99": q(gaps, 0.99),
                     "tokens_per_event": across([r.tokens_per_event for r in mine]),
                     "proxy_cpu_per_1k": across([r.per_1k(r.proxy_cpu_s) for r in mine]),
+                    "proxy_kernel_cpu_per_1k": across(
+                        [r.per_1k(r.proxy_kernel_cpu_s) for r in mine]
+                    ),
                     "proxy_cpu_per_1k_chunks": across(
                         [r.per_1k_chunks(r.proxy_cpu_s) for r in mine]
                     ),

@@ -16,6 +16,7 @@ from benchmarks.harness import (
     cpu_seconds,
     own_cpu,
     tree_cpu,
+    tree_kernel_cpu,
     wait_ready,
 )
 from deploy.local import ROOT
@@ -25,6 +26,7 @@ TARGETS = (
     "direct",
     "router",
     "nginx",
+    "bare",
     "off",
     "on",
     "before",
@@ -38,6 +40,9 @@ NAMES = {
     "router": "vllm-router",
     # The floor of a relay's cost: one nginx worker, nothing buffered.
     "nginx": "nginx",
+    # The floor of a relay on the gateway's own stack (uvicorn and aiohttp,
+    # one read and one send per event, nothing else): benchmarks/overhead/bare_relay.py.
+    "bare": "bare Python relay",
     "off": "gateway, admission off",
     "on": "gateway, admission on",
     # ``--before-src``: an older gateway, admission on, in the same run.
@@ -94,12 +99,13 @@ def layout_note(layout: str) -> str:
 @dataclass
 class CpuSnapshot:
     """CPU seconds so far (utime + stime from /proc) of the process that
-    relays for a target (None for vLLM direct), of vLLM's API server and of
-    this process (the client)."""
+    relays for a target (None for vLLM direct) and the kernel's part of
+    them (stime), of vLLM's API server and of this process (the client)."""
 
     proxy: float | None
     engine_api: float
     client: float
+    proxy_kernel: float | None = None
 
 
 class OverheadBench(Bench):
@@ -145,6 +151,8 @@ class OverheadBench(Bench):
             )
         if "nginx" in self.targets:
             self.proxies["nginx"] = self.procs.nginx(f"nginx-{self.layout}", self.engine.url)
+        if "bare" in self.targets:
+            self.proxies["bare"] = self.procs.bare_relay(f"bare-{self.layout}", self.engine.url)
         wait_ready(self.proxies.values(), timeout=120)
 
     def _gateway(self, target: str) -> Service:
@@ -190,4 +198,6 @@ class OverheadBench(Bench):
         # The launcher execs the API server: its own process, not the engine
         # core and workers under it.
         api = cpu_seconds([self.engine.pid]).get(self.engine.pid, 0.0)
-        return CpuSnapshot(tree_cpu(proxy.pid) if proxy else None, api, own_cpu())
+        if proxy is None:
+            return CpuSnapshot(None, api, own_cpu())
+        return CpuSnapshot(tree_cpu(proxy.pid), api, own_cpu(), tree_kernel_cpu(proxy.pid))
