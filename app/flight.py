@@ -48,6 +48,7 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from app.admission.base import AdmissionRequest, Hold
+from app.admission.pace import Progress
 from app.admission.refill import HandingOn
 from app.engine.client import EngineResponse
 from app.engine.monitor import engine_label
@@ -251,6 +252,8 @@ class Flight:
             bound = job.max_tokens * job.n * len(job.prompts)
             terms = self._handing_on
             relay.ending_within(terms.ahead, bound, hold.hand_on, terms.tokens_per_event)
+        if hold is not None:
+            hold.writing(_progress(relay, self.record))
         sender = await self._open_stream()
         await sender.pump(self._upstream.chunks(), relay)
         relay.finish()
@@ -400,3 +403,16 @@ class Flight:
     def _count_partial_output(self) -> None:
         if self._relay is not None:
             self._relay.count_partial_output()
+
+
+def _progress(relay: StreamRelay, record: RequestRecord) -> Progress:
+    """How far a relayed stream has come: the tokens sent, and the seconds
+    since its first (``app.admission.pace``; None before its first)."""
+
+    def progress() -> tuple[float, float] | None:
+        first = record.first_token_at
+        if first is None:
+            return None
+        return relay.tokens_sent, time.perf_counter() - first
+
+    return progress

@@ -168,6 +168,12 @@ class Settings(BaseSettings):
     # place in the engine's batch to the next request, which then waits in
     # the engine's queue and starts the step the stream ends; 0: never.
     refill_ahead_seconds: float = Field(3.0, ge=0)
+    # Where an engine's KV cache, not its sequence cap, bounds how many
+    # requests it runs, start them one at a time, a sequence's life over
+    # what the cache holds of them apart, each while the cache's future peak
+    # fits: their peaks then spread instead of coming together
+    # (app/admission/pace.py).
+    paced_starts: bool = True
     # Most of the KV budget (and of max_concurrency) one request is charged,
     # so that no single request can hold admission up until the engine empties.
     max_request_share: float = Field(0.5, gt=0, le=1)

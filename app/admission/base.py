@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from app.admission.demand import Demand
 from app.admission.forecast import QueuePlace
+from app.admission.pace import Progress
 from app.admission.refill import HandingOn
 from app.engine.stats import EngineStats
 from app.engine.view import EngineView, adapters_of
@@ -50,6 +51,11 @@ class Hold(Protocol):
 
     def streamed(self, tokens: int, events: int) -> None:
         """Its stream completed: ``tokens`` of output in ``events`` events."""
+
+    def writing(self, progress: Progress) -> None:
+        """Its stream runs; ``progress`` says how far it has come: the
+        tokens its relay has sent and the seconds since its first
+        (``app.admission.pace``)."""
 
     def hand_on(self) -> None:
         """The request is about to end: let the next one have its place in
@@ -115,6 +121,9 @@ class _CountedHold:
 
     def streamed(self, tokens: int, events: int) -> None:
         return None
+
+    def writing(self, progress: Progress) -> None:
+        return None  # nothing is paced here
 
     def hand_on(self) -> None:
         return None  # nothing waits here for its place

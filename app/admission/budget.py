@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.admission.fairqueue import Waiter
+from app.admission.pace import Life, Open, PacedStarts, worst
 from app.admission.refill import RefillLead
 from app.admission.sequence_cap import LearnedCap
 from app.engine.view import EngineView, FixedView, adapters_of
@@ -32,6 +33,8 @@ class BudgetConfig:
     # Most sequences admitted beyond the engine's cap to wait in its own
     # queue, so that a freed slot is refilled at once (``app.admission.refill``).
     max_lead: int = default("refill_lead_max")
+    # Pace starts where the KV cache binds (``app.admission.pace``).
+    paced_starts: bool = default("paced_starts")
     min_factor: float = 0.9
     max_factor: float = default("overcommit_max")
     initial_factor: float = default("overcommit_initial")
@@ -58,6 +61,8 @@ class Reservation:
     adapter: str | None = None
     # How the router placed it (metrics).
     choice: Choice | None = None
+    # Its place among the engine's paced starts (``app.admission.pace``).
+    paced: Open | None = None
 
 
 class EngineBudget:
@@ -93,6 +98,7 @@ class EngineBudget:
         self._calm_ticks = 0
         self._hold = 0
         self.refill = RefillLead(config.max_lead)
+        self.pace = PacedStarts()
 
     @property
     def up(self) -> bool:
@@ -170,6 +176,7 @@ class EngineBudget:
             "refill_travel_seconds": self.refill.travel,
             "refill_tokens_per_event": round(self.refill.tokens_per_event, 3),
             "refill_learning": self.refill.learning,
+            "paced_step_seconds": self.pace.step() if self.pace.open else None,
             "max_sequences": self.max_sequences,
             "in_flight": self.in_flight,
             "running_sequences": self.running_sequences,
@@ -207,16 +214,33 @@ class EngineBudget:
             shared_tokens = tokens
         return shared_tokens // block_size
 
-    def fits(self, waiter: Waiter) -> bool:
+    def fits(self, waiter: Waiter, now: float) -> bool:
         if self.in_flight + self.others_in_flight == 0:
             return True
         blocks, sequences = self.charged(waiter)
         if self.running_sequences + self.others_sequences + sequences > self.max_sequences:
             return False
         budget = self.budget_blocks
-        return budget is None or self.reserved_blocks + self.others_blocks + blocks <= budget
+        if budget is None:
+            return True
+        lives = waiter.lives()
+        if self.paces(lives, budget):
+            paced = self.pace.fits(lives, budget, self.block_size or 1, now)
+            if paced is not None:
+                return paced
+        return self.reserved_blocks + self.others_blocks + blocks <= budget
 
-    def reserve(self, waiter: Waiter) -> Reservation:
+    def paces(self, lives: tuple[Life, ...], budget: int) -> bool:
+        """Whether requests of ``lives`` start paced here: the cache, not
+        the sequence cap, bounds how many run (``app.admission.pace``).
+        Not while other replicas hold on the engine: their starts are
+        not seen here."""
+        block = self.block_size
+        if not lives or block is None or not self.config.paced_starts or self.others_in_flight:
+            return False
+        return budget // max(worst(life, block) for life in lives) < self.engine_cap
+
+    def reserve(self, waiter: Waiter, now: float) -> Reservation:
         blocks, sequences = self.charged(waiter)
         self.in_flight += 1
         self.running_sequences += sequences
@@ -227,9 +251,14 @@ class EngineBudget:
         adapter = waiter.model if waiter.model in self.view.adapters else None
         if adapter is not None:
             self.adapters[adapter] = self.adapters.get(adapter, 0) + 1
-        return Reservation(
+        reservation = Reservation(
             self.id, waiter.tokens, blocks, sequences, prefix=pieces, adapter=adapter
         )
+        budget, lives = self.budget_blocks, waiter.lives()
+        if budget is not None and self.paces(lives, budget):
+            reservation.paced = Open(lives, now)
+            self.pace.started(reservation.paced, budget, self.block_size or 1)
+        return reservation
 
     def hand_on(self, reservation: Reservation) -> None:
         """Give ``reservation``'s sequence slots to whoever is next, its
@@ -238,6 +267,8 @@ class EngineBudget:
 
     def release(self, reservation: Reservation) -> None:
         self.in_flight -= 1
+        if reservation.paced is not None:
+            self.pace.ended(reservation.paced)
         if not reservation.handed_on:
             self.running_sequences -= reservation.sequences
         self.reserved_blocks -= reservation.blocks
@@ -254,8 +285,8 @@ class EngineBudget:
             else:
                 self.adapters.pop(adapter, None)
 
-    def load(self, waiter: Waiter) -> EngineLoad:
-        """What the router sees of this engine, for ``waiter``."""
+    def load(self, waiter: Waiter, now: float) -> EngineLoad:
+        """What the router sees of this engine, for ``waiter`` at ``now``."""
         budget = self.budget_blocks or 0
         held = self.reserved_blocks + self.others_blocks
         return EngineLoad(
@@ -263,7 +294,7 @@ class EngineBudget:
             in_flight=self.in_flight + self.others_in_flight,
             weight=float(budget or self.max_sequences),
             reserved=held / budget if budget else 0.0,
-            fits=self.fits(waiter),
+            fits=self.fits(waiter, now),
             up=self.up,
             models=self.models,
             adapters=adapters_of(self.view, self.adapters),

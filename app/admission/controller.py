@@ -55,6 +55,7 @@ class AdmissionController:
             max_sequences=settings.max_concurrency,
             max_request_share=settings.max_request_share,
             max_lead=settings.refill_lead_max,
+            paced_starts=settings.paced_starts,
             prefix_aware=settings.prefix_aware_demand,
             unknown_capacity_sequences=settings.fallback_max_sequences,
             initial_factor=settings.overcommit_initial,
@@ -130,6 +131,7 @@ class AdmissionController:
             deadline=now + self._queue_timeout,
             sequences=demand.sequences,
             seq_tokens=tuple(t for t in demand.seq_tokens for _ in range(job.n)),
+            output=job.max_tokens or 0,
             model=job.model,
             excluded=frozenset(excluded),
             affinity=request.keys.affinity,
@@ -158,7 +160,13 @@ class AdmissionController:
         self._metrics.queue_wait(time.monotonic() - waiter.arrival)
         self._metrics.routed(reservation)
         return KvHold(
-            self.give_back, reservation, request, self.hand_on, self.opened, self.streamed
+            self.give_back,
+            reservation,
+            request,
+            self.hand_on,
+            self.opened,
+            self.streamed,
+            self.policy.writing,
         )
 
     def enqueue(self, waiter: Waiter, *, front: bool = False) -> "asyncio.Future[Reservation]":

@@ -31,6 +31,9 @@ Expire = Callable[[list[Waiter]], None]
 _LOOK_AGAIN = 0.1
 # At most this many decisions in one shared round (a bound on one wake-up).
 _ROUND = 10_000
+# How often a paced start that is due but does not fit yet is looked at
+# again (streams write meanwhile; ``app.admission.pace``).
+_PACE_LOOK = 0.01
 
 
 class Dispatch(Protocol):
@@ -55,8 +58,10 @@ class LocalDispatch:
         self._wake = wake
         self._expire = expire
         self._publish = publish
+        self._kick = asyncio.Event()
 
     def dispatch(self) -> None:
+        self._kick.set()
         admitted, expired = self._policy.pop_admissible(time.monotonic())
         for waiter, reservation in admitted:
             self._wake(waiter, reservation)
@@ -70,7 +75,17 @@ class LocalDispatch:
         return None  # the policy's budget is the only one
 
     async def run(self) -> None:
-        return None  # admissions are made by whoever changed something
+        """Admissions are made by whoever changed something, but a paced
+        start (``app.admission.pace``) comes due with time: this wakes for
+        it while requests wait on one."""
+        while True:
+            self._kick.clear()
+            wake = self._policy.paced_wake(time.monotonic())
+            if wake is None:
+                await self._kick.wait()
+                continue
+            await asyncio.sleep(max(wake, _PACE_LOOK if wake == 0 else 0.0))
+            self.dispatch()
 
 
 class SharedDispatch:

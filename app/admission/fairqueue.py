@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from app.admission.pace import Life
 from app.identity import PRIORITIES
 from app.routing.block_index import PromptBlocks
 
@@ -30,6 +31,8 @@ class Waiter:
     # prompt + output tokens of each (empty: ``tokens`` split evenly).
     sequences: int = 1
     seq_tokens: tuple[int, ...] = ()
+    # Its max_tokens (0: not given): the most output each sequence writes.
+    output: int = 0
     # The model it asks for (only engines that serve it may take it), the
     # engines it must not go to (a retry), its prompt's prefix key.
     model: str = ""
@@ -51,6 +54,16 @@ class Waiter:
     # The engine it waited for, holding its place, because that engine
     # holds the most of its prompt (``app.routing.prefix``).
     waited_for: str | None = None
+
+    def lives(self) -> tuple[Life, ...]:
+        """Each sequence's prompt and most output (none without ``output``)."""
+        output = self.output
+        if not output:
+            return ()
+        if self.seq_tokens:
+            return tuple(Life(max(0, t - output), output) for t in self.seq_tokens)
+        per = self.tokens // max(1, self.sequences)
+        return tuple(Life(max(0, per - output), output) for _ in range(self.sequences))
 
     def blocks(self, block_size: int) -> int:
         """Its worst case in KV blocks of ``block_size`` tokens."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from app.admission.base import AdmissionRequest
 from app.admission.budget import Reservation
+from app.admission.pace import Progress
 from app.admission.refill import HandingOn
 from app.record import RequestRecord
 from app.routing.base import Choice
@@ -21,6 +22,8 @@ HandOn = Callable[[Reservation], None]
 Opened = Callable[[Reservation, float], HandingOn]
 # A stream completed with so many tokens in so many events.
 Streamed = Callable[[Reservation, int, int], None]
+# A stream runs, and this says how far it has come.
+Writing = Callable[[Reservation, Progress], None]
 
 
 class KvHold:
@@ -32,11 +35,13 @@ class KvHold:
         hand_on: HandOn | None = None,
         opened: Opened | None = None,
         streamed: Streamed | None = None,
+        writing: Writing | None = None,
     ) -> None:
         self._give_back = give_back
         self._hand_on = hand_on
         self._opened = opened
         self._streamed = streamed
+        self._writing = writing
         self.reservation = reservation
         self._request = request
 
@@ -56,6 +61,10 @@ class KvHold:
     def streamed(self, tokens: int, events: int) -> None:
         if self._streamed is not None:
             self._streamed(self.reservation, tokens, events)
+
+    def writing(self, progress: Progress) -> None:
+        if self._writing is not None:
+            self._writing(self.reservation, progress)
 
     def hand_on(self) -> None:
         if self._hand_on is not None and not self.reservation.released:

@@ -112,6 +112,7 @@ from typing import Literal
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
+from app.admission.pace import Progress
 from app.admission.refill import HandingOn
 from app.engine.view import EngineView
 from app.identity import PRIORITIES
@@ -156,6 +157,8 @@ class Decision:
     waiter: Waiter
     budget: EngineBudget
     choice: Choice
+    # When it was decided (what ``commit`` admits, it admits then).
+    at: float = 0.0
 
 
 class QueueFull(Exception):
@@ -248,21 +251,21 @@ class AdmissionPolicy:
         )
         # A full queue refuses what would wait in it, not what an engine
         # takes now (a depth of 0: no waiting at all, not no requests).
-        if full and not self._admitted_at_once(w):
+        if full and not self._admitted_at_once(w, now):
             raise QueueFull(told(w.priority))
         wait = forecast.wait(w.priority, w.tokens, w.tenant)
-        if wait is not None and forecast.outwaits(wait) and not self._admitted_at_once(w):
+        if wait is not None and forecast.outwaits(wait) and not self._admitted_at_once(w, now):
             raise QueueFull(
                 told(w.priority, may_queue=True),
                 reason="queue_forecast",
                 message="the gateway's queue would not admit this request within its deadline",
             )
 
-    def _admitted_at_once(self, waiter: Waiter) -> bool:
+    def _admitted_at_once(self, waiter: Waiter, now: float) -> bool:
         """Nothing the order admits before it waits, and an engine has room
         for it now: it waits for nothing, whatever the drain rate says."""
         return self.queue.tokens_ahead(waiter.priority, waiter.tenant) == 0 and isinstance(
-            self._place(waiter), tuple
+            self._place(waiter, now), tuple
         )
 
     def remove(self, waiter: Waiter) -> bool:
@@ -306,25 +309,25 @@ class AdmissionPolicy:
                 self.queue.remove(waiter)
                 expired.append(waiter)
                 continue
-            placed = self._place(waiter, now)
+            placed = self._place(waiter, now, may_wait=True)
             if isinstance(placed, Wait):
                 waiter.waited_for = placed.engine
                 passed.add(waiter)
                 continue
             if placed is not None:
                 budget, choice = placed
-                return Decision(waiter, budget, choice), expired
+                return Decision(waiter, budget, choice, now), expired
             full_models.add(waiter.model)
         # The end of a dispatch round. A waiter waiting for its prompt's
         # engine takes room elsewhere that no one behind it took, where
         # ``_may_take`` lets it: it waits while others can use that room,
         # never beside an idle engine.
         for waiter in sorted(passed, key=lambda w: (PRIORITIES.index(w.priority), w.arrival)):
-            placed = self._place(waiter) if waiter.deadline > now else None
+            placed = self._place(waiter, now) if waiter.deadline > now else None
             if placed is not None and not isinstance(placed, Wait) and self._may_take(placed[0]):
                 passed.discard(waiter)
                 budget, choice = placed
-                return Decision(waiter, budget, choice), expired
+                return Decision(waiter, budget, choice, now), expired
         self.forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         self._round += 1
         return None, expired
@@ -340,7 +343,7 @@ class AdmissionPolicy:
         self.queue.admit(waiter)
         if waiter.round < self._round:
             self.forecast.drain.admitted(waiter.tokens)
-        reservation = decision.budget.reserve(waiter)
+        reservation = decision.budget.reserve(waiter, decision.at)
         reservation.choice = decision.choice
         if waiter.waited_for is not None:
             reservation.choice = replace(decision.choice, waited_for=waiter.waited_for)
@@ -356,16 +359,16 @@ class AdmissionPolicy:
         return self.forecast.place(waiter, self.capacity_tokens)
 
     def _place(
-        self, waiter: Waiter, now: float | None = None
+        self, waiter: Waiter, now: float, *, may_wait: bool = False
     ) -> tuple[EngineBudget, Choice] | Wait | None:
-        """Where ``waiter`` goes now; ``Wait``: it waits for its prefix's
-        engine, which it may until ``affinity_wait`` after it arrived (never
-        when ``now`` is not given)."""
-        may_wait = now is not None and now < waiter.arrival + self.config.affinity_wait
+        """Where ``waiter`` goes at ``now``; ``Wait``: it waits for its
+        prefix's engine, which it may (``may_wait``) until ``affinity_wait``
+        after it arrived."""
+        may_wait = may_wait and now < waiter.arrival + self.config.affinity_wait
         request = RouteRequest(
             waiter.model, waiter.affinity, waiter.excluded, waiter.pinned, waiter.prompt, may_wait
         )
-        choice = self.router.choose(request, [b.load(waiter) for b in self.engines.values()])
+        choice = self.router.choose(request, [b.load(waiter, now) for b in self.engines.values()])
         if not isinstance(choice, Choice):
             return choice
         return self.engines[choice.engine], choice
@@ -397,6 +400,25 @@ class AdmissionPolicy:
         budget = self.engines.get(reservation.engine)
         if budget is not None:
             budget.refill.streamed(tokens, events)
+            if reservation.paced is not None:
+                budget.pace.completed(reservation.paced, tokens)
+
+    def writing(self, reservation: Reservation, progress: Progress) -> None:
+        """Its stream runs: ``progress`` says how far (``app.admission.pace``)."""
+        if reservation.paced is not None:
+            reservation.paced.progress = progress
+
+    def paced_wake(self, now: float) -> float | None:
+        """Seconds until an engine's next paced start is due, while requests
+        wait (0: due now; None: nothing waits on a pace)."""
+        if not self.queue:
+            return None
+        due = [
+            max(0.0, budget.pace.next_at - now)
+            for budget in self.engines.values()
+            if budget.pace.open
+        ]
+        return min(due) if due else None
 
     def hand_on(self, reservation: Reservation) -> bool:
         """Its request is about to end (``app.admission.refill``, *Handing

@@ -90,6 +90,11 @@ class StreamRelay:
         """Events sent from the first token on."""
         return self._events
 
+    @property
+    def tokens_sent(self) -> float:
+        """The tokens sent so far, as counted for ``ending_within``."""
+        return self._tokens_sent()
+
     def feed(self, raw: bytes, now: float) -> bytes:
         """Take bytes read from the engine at ``now``; return the whole
         events to send the client (possibly none)."""

@@ -35,15 +35,15 @@ def test_demand_is_counted_in_whole_blocks_per_sequence() -> None:
 
 def test_requests_are_admitted_while_their_blocks_fit() -> None:
     b = budget(blocks=10)
-    held = [b.reserve(waiter(300)) for _ in range(3)]
+    held = [b.reserve(waiter(300), 0.0) for _ in range(3)]
     assert b.reserved_blocks == 9
-    assert not b.fits(waiter(300))
+    assert not b.fits(waiter(300), 0.0)
     b.release(held[0])
-    assert b.fits(waiter(300))
+    assert b.fits(waiter(300), 0.0)
 
 
 def test_an_oversized_request_runs_alone_rather_than_never() -> None:
-    assert budget(blocks=10).fits(waiter(5000))
+    assert budget(blocks=10).fits(waiter(5000), 0.0)
 
 
 def test_no_request_is_charged_more_than_half_the_budget_or_the_cap() -> None:
@@ -54,18 +54,18 @@ def test_no_request_is_charged_more_than_half_the_budget_or_the_cap() -> None:
 
 def test_others_holdings_count_against_the_budget() -> None:
     b = budget(blocks=10)
-    b.reserve(waiter(100))
+    b.reserve(waiter(100), 0.0)
     b.others_blocks, b.others_in_flight = 8, 3
-    assert not b.fits(waiter(200))
-    assert b.fits(waiter(100))
+    assert not b.fits(waiter(200), 0.0)
+    assert b.fits(waiter(100), 0.0)
 
 
 def test_unknown_capacity_means_the_fallback_sequence_cap() -> None:
     b = budget(blocks=None, unknown_capacity_sequences=2)
     assert b.budget_blocks is None
-    b.reserve(waiter())
-    b.reserve(waiter())
-    assert not b.fits(waiter())
+    b.reserve(waiter(), 0.0)
+    b.reserve(waiter(), 0.0)
+    assert not b.fits(waiter(), 0.0)
 
 
 def test_preemptions_shrink_the_budget_down_to_the_floor() -> None:
@@ -144,7 +144,7 @@ def test_a_prefix_requests_share_on_one_engine_is_counted_once() -> None:
     first.prefix = document
     second = waiter(1100, seq_tokens=(1100,))
     second.prefix = document
-    held = b.reserve(first)
+    held = b.reserve(first, 0.0)
     assert held.blocks == 11
     assert b.charged(second) == (11 - 10, 1)
     other = waiter(1100, seq_tokens=(1100,))
@@ -172,7 +172,7 @@ def test_a_prefix_of_token_ids_is_counted_exactly() -> None:
     assert first.prefix[15][1] == 1024
     assert first.prefix[15] != second.prefix[15]
     b = budget(blocks=100, block_size=100)
-    b.reserve(first)
+    b.reserve(first, 0.0)
     # 960 tokens in whole shared pieces: 9 whole blocks of 100.
     assert b.charged(second) == (11 - 9, 1)
 
@@ -181,5 +181,5 @@ def test_prefix_awareness_can_be_turned_off() -> None:
     b = budget(blocks=100, block_size=100, prefix_aware=False)
     first = waiter(1100, seq_tokens=(1100,))
     first.prefix = ((1, 1000),)
-    b.reserve(first)
+    b.reserve(first, 0.0)
     assert b.charged(first) == (11, 1)

@@ -218,7 +218,7 @@ def test_a_prompt_goes_to_the_engine_that_reports_holding_it() -> None:
     for index in indexes.values():
         index.live = True
     # Keys whose own ranking prefers another engine; three, under the cap.
-    fleet = [b.load(waiter()) for b in p.engines.values()]
+    fleet = [b.load(waiter(), 0.0) for b in p.engines.values()]
     keys = [k for k in range(50) if PrefixRoute().choose(k, fleet).engine != "e2"]  # type: ignore[union-attr]
     for key in keys[:3]:
         add(p, waiter(f"t{key}", affinity=key, prompt=PromptBlocks(ids)))

@@ -65,16 +65,16 @@ def test_the_engine_is_refilled_from_its_own_queue_once_slots_sat_empty() -> Non
     budget.set_capacity(16_384, 16)
     budget.sequence_cap = 128
     for _ in range(128):
-        budget.reserve(Waiter("t", "normal", 100, 0.0))
-    assert not budget.fits(Waiter("t", "normal", 100, 0.0))
+        budget.reserve(Waiter("t", "normal", 100, 0.0), 0.0)
+    assert not budget.fits(Waiter("t", "normal", 100, 0.0), 0.0)
     # Under overload, the engine runs 116 of its 128 with nothing of its own waiting.
     for _ in range(PATIENCE):
         budget.observe_queue(running=116, waiting=0, kv_usage=0.1, queued=True)
     assert budget.refill.lead == 6
     assert budget.max_sequences == 134
     admitted = 0
-    while budget.fits(waiter := Waiter("t", "normal", 100, 0.0)):
-        budget.reserve(waiter)
+    while budget.fits(waiter := Waiter("t", "normal", 100, 0.0), 0.0):
+        budget.reserve(waiter, 0.0)
         admitted += 1
     assert admitted == 6
 
@@ -83,7 +83,7 @@ def test_a_budget_with_no_lead_allowed_stays_at_the_engines_cap() -> None:
     budget = EngineBudget("e", BudgetConfig(max_sequences=128, max_lead=0))
     budget.set_capacity(16_384, 16)
     for _ in range(128):
-        budget.reserve(Waiter("t", "normal", 100, 0.0))
+        budget.reserve(Waiter("t", "normal", 100, 0.0), 0.0)
     for _ in range(PATIENCE):
         budget.observe_queue(running=100, waiting=0, kv_usage=0.1, queued=True)
     assert budget.max_sequences == 128
