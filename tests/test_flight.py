@@ -278,3 +278,29 @@ async def test_a_completed_stream_teaches_its_engine_the_tokens_an_event_carries
         await cut.done()
         assert budget.refill.tokens_per_event == pytest.approx(2.0)
         assert gateway.settled()
+
+
+async def test_a_stream_on_a_paced_engine_tells_its_admission_how_far_it_has_come() -> None:
+    """On an engine whose cache binds (48 blocks), a stream's place among
+    its engine's paced starts follows its relay: nothing before its first
+    token, then the tokens sent and the time since; completed, it gives the
+    engine's step and leaves the paced starts (``app.admission.pace``)."""
+    async with in_process_gateway(kv_blocks=48, kv_block_size=128) as gateway:
+        admission = gateway.services.admission
+        assert isinstance(admission, AdmissionController)
+        (budget,) = admission.policy.engines.values()
+        exchange, call = await open_stream(gateway, max_tokens=40)
+        (entry,) = budget.pace.open
+        assert entry.seen() is None
+        call.send(chunk("a") + chunk("b"))
+        await exchange.wait_for(lambda e: b'"b"' in e.body)
+        seen = entry.seen()
+        assert seen is not None
+        assert seen[0] == 2
+        assert seen[1] >= 0
+        call.send(chunk("c", finish="length") + usage_chunk(3, 40) + DONE)
+        call.end()
+        await exchange.done()
+        assert budget.pace.open == []
+        assert budget.pace.completed_step is not None
+        assert gateway.settled()

@@ -35,6 +35,17 @@ turned over: until then the deadline (``queue_timeout``) and the queue's
 depth bound the wait. A measure stands for the next backlog until that one
 has turned over in its turn.
 
+A backlog's first turnover counts from the first request to end in it, not
+from its start: before that nothing could drain. Where starts are paced
+(``app.admission.pace``) this matters: admissions are then also made into
+room the cache's future leaves, not one for each end, so the turnover's
+count is reached with the whole first life inside its span — on the
+48-block engine the first backlog read as a drain slow enough to refuse 27
+users, told 29 s, whom the engine served within the deadline direct.
+Counted from the first end, requests that end together read fast for their
+first turnover (a wave's admissions over the wave's width): fewer refusals,
+never more, until the next turnover measures a whole life.
+
 *Over which span.* The rate is that of the last turnover: the tokens of the
 last as-many-admissions-as-in-flight, over the seconds of backlog from the
 admission before them (for a backlog's first turnover, from its start) to
@@ -122,6 +133,7 @@ class DrainRate:
         self._start = (0.0, 0.0)
         self._count = 0
         self._turnover = 1
+        self._ended = False
         # The last complete measure: it stays for the next backlog until
         # that one has turned over.
         self._rate: float | None = None
@@ -136,9 +148,19 @@ class DrainRate:
             self._start = (self._clock, self._admitted)
             self._count = 0
             self._turnover = 1
+            self._ended = False
         self._since = now if backlog else None
         if backlog:
             self._turnover = max(self._turnover, in_flight)
+
+    def ended(self) -> None:
+        """A request in flight ended: the first to in a backlog starts the
+        measure of its first turnover."""
+        if self._since is not None and not self._ended:
+            self._ended = True
+            if self._count < self._turnover:
+                self._start = (self._clock, self._admitted)
+                self._count = 0
 
     def admitted(self, tokens: int) -> None:
         """A request of ``tokens`` admitted out of the backlog."""

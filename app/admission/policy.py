@@ -440,6 +440,7 @@ class AdmissionPolicy:
         if reservation.released:
             return False
         reservation.released = True
+        self.forecast.drain.ended()
         budget = self.engines.get(reservation.engine)
         if budget is not None:
             budget.release(reservation)

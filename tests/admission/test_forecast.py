@@ -186,6 +186,31 @@ def test_a_backlogs_rate_counts_once_the_requests_it_found_in_flight_have_turned
     assert fresh.rate() is None
 
 
+def test_a_backlogs_first_turnover_counts_from_its_first_end() -> None:
+    """Paced starts on a small cache: 15 requests in flight when the backlog
+    forms, 3 more admitted into the room the cache's future leaves before
+    any ends, then one every 72 ms as they end. Before the first end nothing
+    could drain; counted from the backlog's start, the first turnover reads
+    the engine at half its drain."""
+    drain = DrainRate()
+    drain.tick(0.0, backlog=True, in_flight=15)
+    for k in range(3):
+        drain.tick(0.3 * (k + 1), backlog=True, in_flight=16 + k)
+        drain.admitted(340)
+    drain.tick(1.3, backlog=True, in_flight=18)
+    drain.ended()
+    for k in range(18):
+        drain.tick(1.3 + 0.072 * (k + 1), backlog=True, in_flight=18)
+        assert drain.rate() is None  # not turned over yet
+        drain.admitted(340)
+    assert drain.rate() == pytest.approx(340 / 0.072, rel=0.01)
+    # Later ends start nothing over.
+    drain.ended()
+    drain.tick(2.7, backlog=True, in_flight=18)
+    drain.admitted(340)
+    assert drain.rate() == pytest.approx(18 * 340 / (2.7 - 1.3 - 0.072), rel=0.01)
+
+
 class Streams:
     """Closed-loop users' streams on the policy: each admitted request runs
     for a random time in [low, high] seconds, then is released."""
