@@ -60,6 +60,14 @@ moves with what the engine shows, additive-increase / multiplicative-decrease:
   answers: true of a steady stream at staggered stages, but a burst of such
   answers is preempted.)
 
+*Paced starts.* Where an engine's cache, not its sequence cap, bounds how
+many run, the stages can be staggered on purpose: requests start one at a
+time, a life over what the cache holds of them on average apart, each while
+the cache's future peak — every open sequence's blocks as it will write
+them — fits the budget, instead of while the sum of worst cases does
+(``app.admission.pace``). Until a stream has run long enough to show the
+engine's step, the sum of worst cases decides.
+
 *When the engine cannot be seen.* If the engine's ``/metrics`` lacks the
 KV cache's size, the budget is unknown and at most
 ``unknown_capacity_sequences`` sequences run at once; if it lacks the
