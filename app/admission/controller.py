@@ -55,7 +55,9 @@ class AdmissionController:
             max_sequences=settings.max_concurrency,
             max_request_share=settings.max_request_share,
             max_lead=settings.refill_lead_max,
-            paced_starts=settings.paced_starts,
+            # Paced starts need every start on the engine in sight: with
+            # shared state, the other replicas' are not.
+            paced_starts=settings.paced_starts and fleet is None,
             prefix_aware=settings.prefix_aware_demand,
             unknown_capacity_sequences=settings.fallback_max_sequences,
             initial_factor=settings.overcommit_initial,

@@ -10,9 +10,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from app.admission.budget import Reservation
+from app.admission.controller import AdmissionController
+from app.admission.estimate import PromptTokenEstimator
 from app.admission.policy import AdmissionPolicy
 from app.admission.shared import SharedBudgets
 from app.metrics import GatewayMetrics
+from app.routing.setup import build_router
+from app.settings import Settings
 from app.state.fleet import FleetState
 from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
@@ -306,3 +310,21 @@ async def test_a_place_handed_on_comes_off_the_fleets_sequences_then_the_rest_at
         writer.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await writer
+
+
+async def test_replicas_sharing_state_do_not_pace_starts(replicas: list[SharedRedis]) -> None:
+    """Paced starts (``app.admission.pace``) need every start on an engine in
+    sight; a replica sharing state through Redis does not see the others'."""
+    settings = Settings(upstream_url="http://127.0.0.1:9")
+    alone = AdmissionController(
+        settings, GatewayMetrics(), PromptTokenEstimator(), build_router(settings, {})
+    )
+    assert alone.policy.config.budget.paced_starts
+    shared = AdmissionController(
+        settings,
+        GatewayMetrics(),
+        PromptTokenEstimator(),
+        build_router(settings, {}),
+        FleetState(replicas[0]),
+    )
+    assert not shared.policy.config.budget.paced_starts
