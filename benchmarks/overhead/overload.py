@@ -10,13 +10,18 @@ fresh for each cell (``--overload-warm`` keeps them): a burst on a gateway
 that learned nothing yet is the case users meet first. Figures are counted
 from t=0 (the burst's start), and also after the first seconds (settled).
 A refusal is checked after the fact: did the user that honoured its
-``Retry-After`` get admitted when it came back?"""
+``Retry-After`` get admitted when it came back? And every target's requests
+are counted against the gateway's queue deadline (``in_time``: served with a
+first token within it): what a user with that deadline got. A gateway that
+serves as many in time as direct does in the same round refused nothing the
+engine would have served in time."""
 
 import argparse
 from collections import defaultdict
 from itertools import pairwise
 from typing import Any
 
+from app.settings import Settings
 from benchmarks.harness import Call, Client, closed_loop, num, q, tokens_within
 from benchmarks.overhead.rows import PREEMPTIONS, rotated
 from benchmarks.overhead.targets import GATEWAYS, NAMES, OverheadBench
@@ -47,6 +52,26 @@ async def run_overload(bench: OverheadBench, args: argparse.Namespace) -> list[d
                     flush=True,
                 )
     return results
+
+
+def deadline_of(args: argparse.Namespace) -> float:
+    """The gateway's queue deadline in this run: ``GATEWAY_QUEUE_TIMEOUT``
+    as ``--gateway-env`` sets it, else the setting's default."""
+    for kv in args.gateway_env:
+        name, _, value = kv.partition("=")
+        if name == "GATEWAY_QUEUE_TIMEOUT":
+            return float(value)
+    default = Settings.model_fields["queue_timeout"].default
+    assert isinstance(default, float)
+    return default
+
+
+def in_time(calls: list[Call], deadline: float) -> tuple[int, int]:
+    """(served with a first token within ``deadline`` of being sent, served
+    later): of a stream, what a user who gives up at the deadline got."""
+    ttfts = [c.ttft for c in calls if c.status == 200]
+    on_time = sum(1 for t in ttfts if t is not None and t <= deadline)
+    return on_time, len(ttfts) - on_time
 
 
 def came_back(calls: list[Call]) -> tuple[int, int]:
@@ -99,6 +124,8 @@ async def overload_once(
     running_all = window.series("engine", "vllm:num_requests_running", t0, end)
     queue = window.series("gateway", "gateway_queue_depth", start, end)
     returned, admitted = came_back(calls)
+    deadline = deadline_of(args)
+    on_time, late = in_time(calls, deadline)
 
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
@@ -119,6 +146,9 @@ async def overload_once(
         "retry_after_max": max((c.retry_after or 0.0 for c in refused), default=None),
         "came_back": returned,
         "came_back_admitted": admitted,
+        "deadline_s": deadline,
+        "in_time": on_time,
+        "late": late,
         "other_errors": sum(1 for c in calls if c.status not in (200, 429)),
         "tokens_per_s": tokens_within(served, start, end) / (end - start),
         "tokens_per_s_all": tokens_within(served, t0, end) / (end - t0),

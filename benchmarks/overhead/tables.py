@@ -92,6 +92,7 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         "served / 429 (first 5 s)",
         "Retry-After max s",
         "came back → admitted",
+        "served in time / late (× direct's in time)",
         "TTFT p99 s, from t=0 / settled",
         "engine running mean",
         "preempt",
@@ -100,6 +101,9 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         (r["client"], r["repeat"]): r["tokens_per_s_all"]
         for r in results
         if r["target"] == "direct"
+    }
+    direct_in_time = {
+        (r["client"], r["repeat"]): r.get("in_time") for r in results if r["target"] == "direct"
     }
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
@@ -123,6 +127,18 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         back = sum(r.get("came_back", 0) for r in rounds)
         back_ok = sum(r.get("came_back_admitted", 0) for r in rounds)
         retry = [r["retry_after_max"] for r in rounds if r.get("retry_after_max") is not None]
+        timely = [r["in_time"] for r in rounds if r.get("in_time") is not None]
+        timely_ratios = [
+            r["in_time"] / base
+            for r in rounds
+            if r.get("in_time") is not None and (base := direct_in_time.get((client, r["repeat"])))
+        ]
+        in_time = (
+            f"{sum(timely)} / {sum(r.get('late', 0) for r in rounds)}"
+            f" ({spread_text(spread(timely_ratios), 2)})"
+            if timely
+            else "-"
+        )
         body.append(
             [
                 client,
@@ -133,6 +149,7 @@ def overload_table(results: list[dict[str, Any]]) -> str:
                 f" ({sum(r.get('rejected_early', 0) for r in rounds)})",
                 num(max(retry), 1) if retry else "-",
                 f"{back_ok} of {back}" if back else "-",
+                in_time,
                 f"{spread_text(p99, 2)} / {spread_text(settled, 2)}",
                 spread_text(running, 1),
                 num(sum(r["preemptions"] or 0 for r in rounds)),

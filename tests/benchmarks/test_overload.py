@@ -1,8 +1,10 @@
 """The overload benchmark's own arithmetic (``benchmarks.overhead``): the
 after-the-fact check of refusals and the rounds' table. No engine."""
 
+import argparse
+
 from benchmarks.harness import Call
-from benchmarks.overhead.overload import came_back
+from benchmarks.overhead.overload import came_back, deadline_of, in_time
 from benchmarks.overhead.tables import overload_table
 
 
@@ -57,3 +59,34 @@ def test_the_ratio_is_paired_with_direct_in_the_same_round() -> None:
     direct = next(line for line in lines if "vLLM direct" in line)
     # Direct's noise band: its rounds around their median (800).
     assert "1.00 (0.62–1.25)" in direct
+
+
+def test_a_request_is_in_time_when_its_first_token_came_within_the_deadline() -> None:
+    served = [Call(status=200, started=0.0, first_token=t) for t in (0.5, 5.0, 5.01, 9.0)]
+    refused = Call(status=429, started=0.0)
+    no_token = Call(status=200, started=0.0)  # served, but no token ever came
+    assert in_time([*served, refused, no_token], 5.0) == (2, 3)
+
+
+def test_the_deadline_is_the_gateways_queue_timeout_as_the_run_sets_it() -> None:
+    def args(*env: str) -> argparse.Namespace:
+        return argparse.Namespace(gateway_env=list(env))
+
+    assert deadline_of(args("GATEWAY_MAX_CONCURRENCY=128", "GATEWAY_QUEUE_TIMEOUT=5")) == 5.0
+    # Unset: the setting's default, 30 s.
+    assert deadline_of(args("GATEWAY_MAX_CONCURRENCY=128")) == 30.0
+
+
+def test_in_time_is_paired_with_direct_in_the_same_round() -> None:
+    results = [
+        row("direct", 0, 1000.0, in_time=100, late=20),
+        row("makeup", 0, 900.0, in_time=110, late=0, rejected_429=30),
+        row("direct", 1, 1000.0, in_time=200, late=0),
+        row("makeup", 1, 900.0, in_time=180, late=2),
+    ]
+    lines = overload_table(results).splitlines()
+    gateway = next(line for line in lines if "make up" in line)
+    # 110 / 100 and 180 / 200, not the sums' 290 / 300.
+    assert "290 / 2 (1.00 (0.90–1.10))" in gateway
+    direct = next(line for line in lines if "vLLM direct" in line)
+    assert "300 / 20 (1.00)" in direct
