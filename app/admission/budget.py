@@ -63,6 +63,8 @@ class Reservation:
     choice: Choice | None = None
     # Its place among the engine's paced starts (``app.admission.pace``).
     paced: Open | None = None
+    # When it was admitted (the policy's clock).
+    admitted_at: float = 0.0
 
 
 class EngineBudget:
@@ -173,7 +175,8 @@ class EngineBudget:
             "share": round(self.share, 3),
             "learned_sequence_cap": self.sequence_cap,
             "refill_lead": self.refill.lead,
-            "refill_travel_seconds": self.refill.travel,
+            "refill_travel_seconds": self.refill.intake.travel,
+            "refill_intake_seconds": self.refill.intake.per_request,
             "refill_tokens_per_event": round(self.refill.tokens_per_event, 3),
             "refill_learning": self.refill.learning,
             "paced_step_seconds": self.pace.step() if self.pace.open else None,
@@ -252,8 +255,15 @@ class EngineBudget:
         if adapter is not None:
             self.adapters[adapter] = self.adapters.get(adapter, 0) + 1
         reservation = Reservation(
-            self.id, waiter.tokens, blocks, sequences, prefix=pieces, adapter=adapter
+            self.id,
+            waiter.tokens,
+            blocks,
+            sequences,
+            prefix=pieces,
+            adapter=adapter,
+            admitted_at=now,
         )
+        self.refill.intake.admitted(now)
         budget, lives = self.budget_blocks, waiter.lives()
         if budget is not None and self.paces(lives, budget):
             reservation.paced = Open(lives, now)

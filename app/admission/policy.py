@@ -390,9 +390,9 @@ class AdmissionPolicy:
         budget = self.engines.get(reservation.engine)
         if budget is None:
             return HandingOn()
-        refill = budget.refill
-        refill.travelled(travel)
-        return HandingOn(refill.ahead(most), refill.carried)
+        refill, admitted_at = budget.refill, reservation.admitted_at
+        refill.intake.travelled(travel, admitted_at)
+        return HandingOn(partial(refill.intake.ahead, most, admitted_at), refill.carried)
 
     def learning_events(self, model: str) -> bool:
         """Whether an engine up and serving ``model`` has yet to learn what

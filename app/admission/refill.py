@@ -43,12 +43,15 @@ gateway and the engine's API server; direct, the engine's queue held it
 ready. So a stream that will reach its ``max_tokens`` soon, at the pace it
 has kept, hands its sequence slot on (``Hold.hand_on``): the next request
 is admitted then, waits in the engine's queue, and starts the step the
-stream ends. How soon is what a refill takes to travel, as measured: twice
-the running mean of the time from an admission to the engine's answer's
-head (its API server has taken the request in), at most
-``refill_ahead_seconds`` — tens of milliseconds on an engine whose API
-server has cores of its own, a second or more here while a whole batch
-travels at once (with a fixed 1 s the batch still arrived late). The pace
+stream ends. How soon is what the refills travel, as measured: a
+batch's places handed on together send their successors to the engine's
+API server at once, and it takes them in one after another, so a stream
+hands on three times the intake of the places handed on with it
+(``app.admission.intake``), at most ``refill_ahead_seconds`` — tens of
+milliseconds for a lone stream, a second or more here while a whole batch
+travels at once (twice one request's mean travel, as before, handed a fresh
+gateway's first batch on 0.70 s ahead and its successors came 0.52 s late).
+The pace
 counts once measured over half that time: a stream's first tokens can come
 in one read, and their pace of nothing handed a place on at once. Tokens
 are counted from the events sent, times the tokens an event carried in the
@@ -75,11 +78,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.admission.intake import Intake
+
 PATIENCE = 3
-# A stream hands on this many times the refill's measured travel before its
-# end: the travel varies with what the engine's API server has on hand.
-MARGIN = 2.0
-# The weight of a new travel time in its running mean.
+# The weight of a completed stream in the running mean of an event's tokens.
 ALPHA = 0.1
 # The completed streams whose plain mean says what an event carries before
 # the running mean takes over; until then an engine is still learning it.
@@ -90,13 +92,18 @@ def _one() -> float:
     return 1.0
 
 
+def _none() -> float:
+    return 0.0
+
+
 @dataclass(frozen=True)
 class HandingOn:
-    """When a stream hands its place on: ``ahead`` seconds before its end
-    (0: never), its tokens counted as ``tokens_per_event()`` per event sent
-    (read at each check: its engine keeps learning while it streams)."""
+    """When a stream hands its place on: ``ahead()`` seconds before its end
+    (0: not yet), its tokens counted as ``tokens_per_event()`` per event
+    sent (both read at each check: its engine keeps learning while it
+    streams, and the places handed on with it are admitted around it)."""
 
-    ahead: float = 0.0
+    ahead: Callable[[], float] = _none
     tokens_per_event: Callable[[], float] = _one
 
 
@@ -106,18 +113,12 @@ class RefillLead:
         self.lead = 0
         self._deep = 0
         self._empty = 0
-        # A refill's travel: from admission to the engine's answer's head,
-        # seconds (a running mean; None until a stream measured it).
-        self.travel: float | None = None
+        # What a refill takes to reach the engine.
+        self.intake = Intake()
         # Tokens per stream event, as completed streams showed (a running
         # mean): under load the engine puts several tokens in one event.
         self.tokens_per_event = 1.0
         self._streams = 0
-
-    def travelled(self, seconds: float) -> None:
-        """An admitted stream's engine answered ``seconds`` after admission."""
-        travel = self.travel
-        self.travel = seconds if travel is None else travel + ALPHA * (seconds - travel)
 
     def streamed(self, tokens: int, events: int) -> None:
         """A completed stream had ``tokens`` of output in ``events`` events."""
@@ -137,11 +138,6 @@ class RefillLead:
         what an event carries is not known yet, and streams count their
         tokens from the usage the engine puts in each chunk."""
         return self._streams < FIRST_STREAMS
-
-    def ahead(self, most: float) -> float:
-        """How long before its end a stream hands its place on: ``MARGIN``
-        times the travel, at most ``most`` (nothing before a travel is known)."""
-        return 0.0 if self.travel is None else min(most, MARGIN * self.travel)
 
     def observe(
         self, cap: int, running: float, waiting: float, *, queued: bool, at_cap: bool

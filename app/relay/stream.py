@@ -61,27 +61,27 @@ class StreamRelay:
         self._saw_done = False
         self._engine_error = False
         # Called once when the stream will reach its token bound within
-        # ``_ahead`` seconds (``ending_within``).
+        # ``_ahead()`` seconds (``ending_within``).
         self._ending: Callable[[], None] | None = None
         self._bound = 0
-        self._ahead = 0.0
+        self._ahead: Callable[[], float] = _none
         self._per_event: Callable[[], float] = _one
 
     def ending_within(
         self,
-        seconds: float,
+        seconds: Callable[[], float],
         bound: int,
         call: Callable[[], None],
         per_event: Callable[[], float] | None = None,
     ) -> None:
-        """Call ``call`` once, when the stream is ``seconds`` from its
+        """Call ``call`` once, when the stream is ``seconds()`` from its
         ``bound`` of tokens — its ``max_tokens`` times its sequences — each
-        event sent counted as ``per_event()`` tokens, read at each check
-        (``app.admission.refill``, *Handing on*). The time left is the
-        tokens left at the pace the stream has kept so far, measured over
-        half of ``seconds`` at least. A stream that stops earlier (a stop
-        token, a stop string) never calls it."""
-        if seconds > 0 and bound > 0:
+        event sent counted as ``per_event()`` tokens, both read at each
+        check (``app.admission.refill``, *Handing on*; 0 seconds: not now).
+        The time left is the tokens left at the pace the stream has kept so
+        far, measured over half of ``seconds()`` at least. A stream that
+        stops earlier (a stop token, a stop string) never calls it."""
+        if bound > 0:
             self._ending, self._bound, self._ahead = call, bound, seconds
             self._per_event = per_event or _one
 
@@ -116,6 +116,9 @@ class StreamRelay:
         return data
 
     def _check_ending(self, now: float, first: float) -> None:
+        ahead = self._ahead()
+        if ahead <= 0:
+            return
         events, span, sent = self._events, now - first, self._tokens_sent()
         left = self._bound - sent
         if left > 0:
@@ -125,10 +128,10 @@ class StreamRelay:
             # nothing would hand the place on at the first tokens. Half: a
             # stream of max_tokens 256 under overload lasts about 4 s, and
             # its place is due on 2-3 s before its end.
-            if events < 2 or span < _PACE_SPAN * self._ahead:
+            if events < 2 or span < _PACE_SPAN * ahead:
                 return
             # The pace: the tokens sent after the first event, over the span.
-            if left * span * events / (sent * (events - 1)) > self._ahead:
+            if left * span * events / (sent * (events - 1)) > ahead:
                 return
         call, self._ending = self._ending, None
         if call is not None:
@@ -198,6 +201,10 @@ class StreamRelay:
 
 def _one() -> float:
     return 1.0
+
+
+def _none() -> float:
+    return 0.0
 
 
 def _has_choices(chunk: object) -> bool:

@@ -140,14 +140,17 @@ def test_a_released_request_hands_nothing_on() -> None:
 def test_a_stream_counts_with_what_its_engine_learns_while_it_streams() -> None:
     """How a stream hands on is read from its engine as it goes: a stream
     completed elsewhere on the engine changes what an event counts for one
-    already open."""
+    already open, and one admitted beside it is handed on with it."""
     p = policy(blocks=10, max_sequences=2)
     add(p, waiter())
     ((_, reservation),) = admit_all(p)
     handing = p.opened(reservation, 0.5, 3.0)
-    assert (handing.ahead, handing.tokens_per_event()) == (1.0, 1.0)
+    assert (handing.ahead(), handing.tokens_per_event()) == (1.5, 1.0)
     p.streamed(reservation, 300, 200)
     assert handing.tokens_per_event() == pytest.approx(1.5)
+    add(p, waiter())
+    assert len(admit_all(p)) == 1
+    assert handing.ahead() == 3.0
 
 
 def test_a_burst_spreads_over_the_engines() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from app.admission.budget import BudgetConfig, EngineBudget
 from app.admission.fairqueue import Waiter
-from app.admission.refill import MARGIN, PATIENCE, RefillLead
+from app.admission.refill import PATIENCE, RefillLead
 
 
 def ticks(lead: RefillLead, n: int, running: float, waiting: float = 0) -> None:
@@ -87,19 +87,6 @@ def test_a_budget_with_no_lead_allowed_stays_at_the_engines_cap() -> None:
     for _ in range(PATIENCE):
         budget.observe_queue(running=100, waiting=0, kv_usage=0.1, queued=True)
     assert budget.max_sequences == 128
-
-
-def test_a_stream_hands_on_twice_a_refills_measured_travel_ahead_at_most_the_bound() -> None:
-    lead = RefillLead(max_lead=16)
-    assert lead.ahead(3.0) == 0.0  # nothing measured: nothing handed on
-    lead.travelled(0.05)
-    assert lead.ahead(3.0) == MARGIN * 0.05
-    # A whole batch travelling at once takes longer: the mean follows, bounded.
-    for _ in range(100):
-        lead.travelled(2.0)
-    assert 2.0 <= lead.ahead(10.0) <= MARGIN * 2.0
-    assert lead.ahead(3.0) == 3.0
-    assert lead.ahead(0.0) == 0.0
 
 
 def test_tokens_per_event_follow_what_completed_streams_carried() -> None:

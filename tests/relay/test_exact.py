@@ -131,7 +131,7 @@ def test_a_stream_hands_on_by_the_tokens_its_chunks_say() -> None:
     left), with nothing learned of what an event carries (one each)."""
     r, _ = relay(forward_usage=False)
     called: list[int] = []
-    r.ending_within(1.0, 100, lambda: called.append(1))
+    r.ending_within(lambda: 1.0, 100, lambda: called.append(1))
     for i in range(44):
         r.feed(HEAD + STEP + usage(2 * (i + 1)) + b"}\n\n", 0.2 * i)
     assert called == []

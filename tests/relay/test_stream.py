@@ -74,7 +74,7 @@ def test_a_stream_calls_once_when_its_bound_is_due_within_the_time_ahead() -> No
     """One token every 0.1 s toward a bound of 100: due within 1 s from the
     90th on (10 left), not at the 89th, and called once."""
     relay, called = _relay(), []
-    relay.ending_within(1.0, 100, lambda: called.append(1))
+    relay.ending_within(lambda: 1.0, 100, lambda: called.append(1))
     for i in range(89):
         relay.feed(chunk("t"), 0.1 * i)
     assert called == []
@@ -91,7 +91,7 @@ def test_first_tokens_read_together_give_no_pace() -> None:
     then about when a steady stream would call (the 89th token; the 90th
     there)."""
     relay, called = _relay(), []
-    relay.ending_within(1.0, 100, lambda: called.append(1))
+    relay.ending_within(lambda: 1.0, 100, lambda: called.append(1))
     relay.feed(chunk("t") * 10, 0.0)
     assert called == []
     for i in range(1, 79):
@@ -106,7 +106,7 @@ def test_events_carrying_several_tokens_are_counted_as_such() -> None:
     within 1 s from the 45th event on (10 tokens left); counted one an event,
     it would never be due before its 50 events ended."""
     relay, called = _relay(), []
-    relay.ending_within(1.0, 100, lambda: called.append(1), per_event=lambda: 2.0)
+    relay.ending_within(lambda: 1.0, 100, lambda: called.append(1), per_event=lambda: 2.0)
     for i in range(44):
         relay.feed(chunk("tt"), 0.2 * i)
     assert called == []
@@ -119,7 +119,7 @@ def test_a_stream_counts_with_what_its_engine_learned_since_it_began() -> None:
     whose engine then learned two (another stream completed), counts two
     from then on: due at the 45th event, as if it had known from the start."""
     relay, called, carried = _relay(), [], [1.0]
-    relay.ending_within(1.0, 100, lambda: called.append(1), per_event=lambda: carried[0])
+    relay.ending_within(lambda: 1.0, 100, lambda: called.append(1), per_event=lambda: carried[0])
     for i in range(30):
         relay.feed(chunk("tt"), 0.2 * i)
     carried[0] = 2.0
@@ -130,9 +130,25 @@ def test_a_stream_counts_with_what_its_engine_learned_since_it_began() -> None:
     assert called == [1]
 
 
+def test_a_stream_reads_its_time_ahead_at_each_check() -> None:
+    """A stream whose time ahead grows from 1 s to 2 s while it streams
+    (others were admitted around it) is due 2 s from its bound: at the 80th
+    token of 100, one every 0.1 s, not the 90th."""
+    relay, called, ahead = _relay(), [], [1.0]
+    relay.ending_within(lambda: ahead[0], 100, lambda: called.append(1))
+    for i in range(50):
+        relay.feed(chunk("t"), 0.1 * i)
+    ahead[0] = 2.0
+    for i in range(50, 79):
+        relay.feed(chunk("t"), 0.1 * i)
+    assert called == []
+    relay.feed(chunk("t"), 7.9)
+    assert called == [1]
+
+
 def test_a_stream_with_no_time_ahead_calls_nothing() -> None:
     relay, called = _relay(), []
-    relay.ending_within(0.0, 3, lambda: called.append(1))
+    relay.ending_within(lambda: 0.0, 3, lambda: called.append(1))
     for i in range(3):
         relay.feed(chunk("t"), 0.1 * i)
     assert called == []
