@@ -4,7 +4,7 @@ stream hands its place on — longer when a batch hands its places on at once.""
 
 import pytest
 
-from app.admission.intake import COHORT_SECONDS, MARGIN, Intake
+from app.admission.intake import COHORT_SECONDS, FORGET_SECONDS, FORGET_SLICE, MARGIN, Intake
 
 
 def test_nothing_measured_hands_nothing_on() -> None:
@@ -60,3 +60,16 @@ def test_admissions_around_a_stream_after_it_opened_count_too() -> None:
     for i in range(9):
         intake.admitted(0.1 * (i + 1))
     assert intake.ahead(10.0, 0.0) == pytest.approx(10 * before)
+
+
+def test_admissions_long_past_are_forgotten() -> None:
+    """A stream admitted long after a burst counts none of it, however
+    large the burst was, and what is remembered stays bounded."""
+    intake = Intake()
+    for i in range(2 * FORGET_SLICE):
+        intake.admitted(i * 0.001)
+    far = 3 * FORGET_SECONDS
+    intake.admitted(far)
+    intake.travelled(0.01, far)
+    assert intake.together(far) == 1
+    assert intake.remembered == 1
