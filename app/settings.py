@@ -163,10 +163,11 @@ class Settings(BaseSettings):
     # freed slot is refilled without a round trip; the lead grows only while
     # slots sit empty with requests queued here (app/admission/refill.py).
     refill_lead_max: int = Field(16, ge=0)
-    # A stream due to reach its max_tokens (at its own pace) within twice the
-    # time a refill takes to reach its engine, at most this long, hands its
-    # place in the engine's batch to the next request, which then waits in
-    # the engine's queue and starts the step the stream ends; 0: never.
+    # A stream due to reach its max_tokens (at its own pace) within three
+    # times what the refills of the places handed on with it take to reach
+    # its engine, at most this long, hands its place in the engine's batch to
+    # the next request, which then waits in the engine's queue and starts the
+    # step the stream ends (app/admission/intake.py); 0: never.
     refill_ahead_seconds: float = Field(3.0, ge=0)
     # Where an engine's KV cache, not its sequence cap, bounds how many
     # requests it runs, start them one at a time, a sequence's life over
