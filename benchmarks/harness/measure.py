@@ -59,6 +59,16 @@ class Sampler:
             total(s, name, labels) for at, t, s in self.rows if t == target and start <= at <= end
         ]
 
+    def rate(self, target: str, name: str, start: float, end: float) -> float | None:
+        """How fast a counter of ``target`` grew per second between its
+        first and last sample within ``start``..``end`` (None: fewer than two)."""
+        points = [
+            (at, total(s, name)) for at, t, s in self.rows if t == target and start <= at <= end
+        ]
+        if len(points) < 2 or points[-1][0] <= points[0][0]:
+            return None
+        return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+
 
 @dataclass
 class Window:
@@ -81,6 +91,12 @@ class Window:
         if self.sampler is None:
             return []
         return self.sampler.series(target, name, start=start, end=end)
+
+    def rate(self, target: str, name: str, start: float, end: float) -> float | None:
+        """A sampled counter's growth per second between ``start`` and ``end``."""
+        if self.sampler is None:
+            return None
+        return self.sampler.rate(target, name, start, end)
 
     def delta(
         self, name: str, target: str | None = None, labels: dict[str, str] | None = None

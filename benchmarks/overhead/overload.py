@@ -26,7 +26,8 @@ from benchmarks.harness import Call, Client, closed_loop, num, q, tokens_within
 from benchmarks.overhead.rows import PREEMPTIONS, rotated
 from benchmarks.overhead.targets import GATEWAYS, NAMES, OverheadBench
 
-ENGINE_SERIES = ("vllm:num_requests_waiting", "vllm:num_requests_running")
+GENERATED = "vllm:generation_tokens_total"
+ENGINE_SERIES = ("vllm:num_requests_waiting", "vllm:num_requests_running", GENERATED)
 GATEWAY_SERIES = ("gateway_queue_depth", "gateway_requests_in_flight")
 # Refusals within this long of the start are the burst's.
 EARLY_S = 5.0
@@ -152,6 +153,10 @@ async def overload_once(
         "other_errors": sum(1 for c in calls if c.status not in (200, 429)),
         "tokens_per_s": tokens_within(served, start, end) / (end - start),
         "tokens_per_s_all": tokens_within(served, t0, end) / (end - t0),
+        # What the engine generated meanwhile (settled), from its counter
+        # sampled every second: a client that reads more slowly than the
+        # engine generates shows here as tokens_per_s below it.
+        "engine_tokens_per_s": window.rate("engine", GENERATED, start, end),
         "ttft_p50": q(ttfts, 0.5),
         "ttft_p99": q(ttfts, 0.99),
         "ttft_p99_all": q(ttfts_all, 0.99),
@@ -163,4 +168,22 @@ async def overload_once(
         "gateway_queue_max": max(queue) if queue else None,
         "preemptions": window.delta(PREEMPTIONS),
         "others_cores": round(window.others_cores, 3),
+        "first_batch": first_batch(served, t0, args.max_num_seqs),
+    }
+
+
+def first_batch(served: list[Call], t0: float, cap: int) -> dict[str, float] | None:
+    """When the burst's first batch — the ``cap`` streams that got a first
+    token first — got its first tokens (median, last) and ended (median),
+    in seconds from t=0: a relay that starts it later loses that much of
+    the window's tokens however full it keeps the engine after."""
+    batch = sorted((c.first_token, c.finished) for c in served if c.first_token is not None)[:cap]
+    if len(batch) < cap:
+        return None
+    tokens = [first - t0 for first, _ in batch]
+    ends = sorted(end - t0 for _, end in batch)
+    return {
+        "first_token_p50": round(tokens[len(tokens) // 2], 3),
+        "first_token_max": round(tokens[-1], 3),
+        "end_p50": round(ends[len(ends) // 2], 3),
     }

@@ -95,8 +95,14 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         "served in time / late (× direct's in time)",
         "TTFT p99 s, from t=0 / settled",
         "engine running mean",
+        "engine tok/s, settled (× direct)",
         "preempt",
     ]
+    direct_engine = {
+        (r["client"], r["repeat"]): r.get("engine_tokens_per_s")
+        for r in results
+        if r["target"] == "direct"
+    }
     direct = {
         (r["client"], r["repeat"]): r["tokens_per_s_all"]
         for r in results
@@ -124,6 +130,13 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         p99 = spread([r["ttft_p99_all"] for r in rounds if r["ttft_p99_all"] is not None])
         settled = spread([r["ttft_p99"] for r in rounds if r["ttft_p99"] is not None])
         running = spread([r["engine_running_mean"] for r in rounds if r["engine_running_mean"]])
+        generated = spread([g for r in rounds if (g := r.get("engine_tokens_per_s"))])
+        generated_ratios = [
+            g / base
+            for r in rounds
+            if (g := r.get("engine_tokens_per_s"))
+            and (base := direct_engine.get((client, r["repeat"])))
+        ]
         back = sum(r.get("came_back", 0) for r in rounds)
         back_ok = sum(r.get("came_back_admitted", 0) for r in rounds)
         retry = [r["retry_after_max"] for r in rounds if r.get("retry_after_max") is not None]
@@ -152,6 +165,9 @@ def overload_table(results: list[dict[str, Any]]) -> str:
                 in_time,
                 f"{spread_text(p99, 2)} / {spread_text(settled, 2)}",
                 spread_text(running, 1),
+                f"{spread_text(generated, 0)} ({spread_text(spread(generated_ratios), 2)})"
+                if generated
+                else "-",
                 num(sum(r["preemptions"] or 0 for r in rounds)),
             ]
         )

@@ -3,8 +3,10 @@ after-the-fact check of refusals and the rounds' table. No engine."""
 
 import argparse
 
+from app.promtext import Sample
 from benchmarks.harness import Call
-from benchmarks.overhead.overload import came_back, deadline_of, in_time
+from benchmarks.harness.measure import Sampler
+from benchmarks.overhead.overload import GENERATED, came_back, deadline_of, first_batch, in_time
 from benchmarks.overhead.tables import overload_table
 
 
@@ -90,3 +92,41 @@ def test_in_time_is_paired_with_direct_in_the_same_round() -> None:
     assert "290 / 2 (1.00 (0.90–1.10))" in gateway
     direct = next(line for line in lines if "vLLM direct" in line)
     assert "300 / 20 (1.00)" in direct
+
+
+def test_the_engines_own_rate_is_paired_with_direct_in_the_same_round() -> None:
+    results = [
+        row("direct", 0, 1000.0, engine_tokens_per_s=1000.0),
+        row("on", 0, 900.0, engine_tokens_per_s=980.0),
+        row("direct", 1, 500.0, engine_tokens_per_s=500.0),
+        row("on", 1, 450.0, engine_tokens_per_s=500.0),
+    ]
+    gateway = next(line for line in overload_table(results).splitlines() if "admission on" in line)
+    # The client received 0.90x direct's while the engine generated 0.98x
+    # and 1.00x: the gap is the reading, not the engine.
+    assert "740 (500–980) (0.99 (0.98–1.00))" in gateway
+
+
+def test_a_counters_rate_is_read_between_its_first_and_last_sample_in_the_window() -> None:
+    sampler = Sampler(None, {}, ())  # type: ignore[arg-type]
+    for at, value in ((0.0, 0.0), (1.0, 100.0), (2.0, 300.0), (3.0, 600.0), (4.0, 1000.0)):
+        sampler.rows.append((at, "engine", [Sample(GENERATED, {}, value)]))
+    assert sampler.rate("engine", GENERATED, 1.0, 3.0) == 250.0
+    assert sampler.rate("engine", GENERATED, 3.5, 9.0) is None
+
+
+def test_the_first_batch_is_the_streams_whose_first_tokens_came_first() -> None:
+    served = []
+    for i in range(4):
+        c = call(i, 0.0, 200)
+        c.first_token, c.finished = 10.0 + i, 20.0 + i
+        served.append(c)
+    late = call(4, 0.0, 200)
+    late.first_token, late.finished = 30.0, 31.0
+    # t=0 at 9: the first three got first tokens 1, 2, 3 s in and ended 11-13 s in.
+    assert first_batch([late, *served], 9.0, 3) == {
+        "first_token_p50": 2.0,
+        "first_token_max": 3.0,
+        "end_p50": 12.0,
+    }
+    assert first_batch(served[:2], 9.0, 3) is None
