@@ -157,6 +157,10 @@ async def overload_once(
         # sampled every second: a client that reads more slowly than the
         # engine generates shows here as tokens_per_s below it.
         "engine_tokens_per_s": window.rate("engine", GENERATED, start, end),
+        # And from t=0 (the sampler's first read comes just after it, before
+        # the engine's first token): behind a relay that shares the client's
+        # core, what the engine generated against what the client read.
+        "engine_tokens_per_s_all": window.rate("engine", GENERATED, t0, end),
         "ttft_p50": q(ttfts, 0.5),
         "ttft_p99": q(ttfts, 0.99),
         "ttft_p99_all": q(ttfts_all, 0.99),

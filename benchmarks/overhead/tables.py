@@ -95,14 +95,9 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         "served in time / late (× direct's in time)",
         "TTFT p99 s, from t=0 / settled",
         "engine running mean",
-        "engine tok/s, settled (× direct)",
+        "engine tok/s, from t=0 / settled (× direct)",
         "preempt",
     ]
-    direct_engine = {
-        (r["client"], r["repeat"]): r.get("engine_tokens_per_s")
-        for r in results
-        if r["target"] == "direct"
-    }
     direct = {
         (r["client"], r["repeat"]): r["tokens_per_s_all"]
         for r in results
@@ -130,13 +125,10 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         p99 = spread([r["ttft_p99_all"] for r in rounds if r["ttft_p99_all"] is not None])
         settled = spread([r["ttft_p99"] for r in rounds if r["ttft_p99"] is not None])
         running = spread([r["engine_running_mean"] for r in rounds if r["engine_running_mean"]])
-        generated = spread([g for r in rounds if (g := r.get("engine_tokens_per_s"))])
-        generated_ratios = [
-            g / base
-            for r in rounds
-            if (g := r.get("engine_tokens_per_s"))
-            and (base := direct_engine.get((client, r["repeat"])))
-        ]
+        generated = " / ".join(
+            _paired(results, rounds, client, key)
+            for key in ("engine_tokens_per_s_all", "engine_tokens_per_s")
+        )
         back = sum(r.get("came_back", 0) for r in rounds)
         back_ok = sum(r.get("came_back_admitted", 0) for r in rounds)
         retry = [r["retry_after_max"] for r in rounds if r.get("retry_after_max") is not None]
@@ -165,13 +157,23 @@ def overload_table(results: list[dict[str, Any]]) -> str:
                 in_time,
                 f"{spread_text(p99, 2)} / {spread_text(settled, 2)}",
                 spread_text(running, 1),
-                f"{spread_text(generated, 0)} ({spread_text(spread(generated_ratios), 2)})"
-                if generated
-                else "-",
+                generated,
                 num(sum(r["preemptions"] or 0 for r in rounds)),
             ]
         )
     return table(headers, body)
+
+
+def _paired(
+    results: list[dict[str, Any]], rounds: list[dict[str, Any]], client: str, key: str
+) -> str:
+    """A figure over ``rounds`` and its ratio to vLLM direct's in the same round."""
+    base = {(r["client"], r["repeat"]): r.get(key) for r in results if r["target"] == "direct"}
+    values = [v for r in rounds if (v := r.get(key))]
+    ratios = [v / b for r in rounds if (v := r.get(key)) and (b := base.get((client, r["repeat"])))]
+    if not values:
+        return "-"
+    return f"{spread_text(spread(values), 0)} ({spread_text(spread(ratios), 2)})"
 
 
 def vllm_bench_table(results: list[dict[str, Any]]) -> str:

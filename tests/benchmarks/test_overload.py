@@ -96,15 +96,15 @@ def test_in_time_is_paired_with_direct_in_the_same_round() -> None:
 
 def test_the_engines_own_rate_is_paired_with_direct_in_the_same_round() -> None:
     results = [
-        row("direct", 0, 1000.0, engine_tokens_per_s=1000.0),
-        row("on", 0, 900.0, engine_tokens_per_s=980.0),
-        row("direct", 1, 500.0, engine_tokens_per_s=500.0),
-        row("on", 1, 450.0, engine_tokens_per_s=500.0),
+        row("direct", 0, 1000.0, engine_tokens_per_s=1000.0, engine_tokens_per_s_all=950.0),
+        row("on", 0, 900.0, engine_tokens_per_s=980.0, engine_tokens_per_s_all=855.0),
+        row("direct", 1, 500.0, engine_tokens_per_s=500.0, engine_tokens_per_s_all=480.0),
+        row("on", 1, 450.0, engine_tokens_per_s=500.0, engine_tokens_per_s_all=432.0),
     ]
     gateway = next(line for line in overload_table(results).splitlines() if "admission on" in line)
     # The client received 0.90x direct's while the engine generated 0.98x
-    # and 1.00x: the gap is the reading, not the engine.
-    assert "740 (500–980) (0.99 (0.98–1.00))" in gateway
+    # and 1.00x settled, 0.90x from t=0: the gap is the engine's, from t=0.
+    assert "644 (432–855) (0.90) / 740 (500–980) (0.99 (0.98–1.00))" in gateway
 
 
 def test_a_counters_rate_is_read_between_its_first_and_last_sample_in_the_window() -> None:
