@@ -35,8 +35,11 @@ def raise_if_cancelled() -> None:
 
     A Redis call interrupted by a cancellation can end in a connection error
     instead of the ``CancelledError`` (the client disconnects and reports
-    that): a loop that catches connection errors would then run on, and the
-    task would never end. The task still knows it was asked to stop.
+    that), or, on Python 3.11, end as if nothing happened: redis-py sends
+    through ``asyncio.wait_for``, which returns the result and drops a
+    cancellation that lands as the send completes. A loop would then run
+    on, and the task would never end. The task still knows it was asked to
+    stop.
     """
     task = asyncio.current_task()
     if task is not None and task.cancelling():
