@@ -173,6 +173,7 @@ async def overload_once(
         "preemptions": window.delta(PREEMPTIONS),
         "others_cores": round(window.others_cores, 3),
         "first_batch": first_batch(served, t0, args.max_num_seqs),
+        "tokens_per_event": tokens_per_event(served),
     }
 
 
@@ -180,14 +181,27 @@ def first_batch(served: list[Call], t0: float, cap: int) -> dict[str, float] | N
     """When the burst's first batch — the ``cap`` streams that got a first
     token first — got its first tokens (median, last) and ended (median),
     in seconds from t=0: a relay that starts it later loses that much of
-    the window's tokens however full it keeps the engine after."""
-    batch = sorted((c.first_token, c.finished) for c in served if c.first_token is not None)[:cap]
+    the window's tokens however full it keeps the engine after. And the
+    tokens its events carried: vLLM merges a stream's tokens into one event
+    when the stream's reader falls behind, and each event it sends costs its
+    API server, which shares the engine's cores."""
+    batch = sorted(
+        (c for c in served if c.first_token is not None), key=lambda c: c.first_token or 0.0
+    )[:cap]
     if len(batch) < cap:
         return None
-    tokens = [first - t0 for first, _ in batch]
-    ends = sorted(end - t0 for _, end in batch)
+    tokens = [(c.first_token or 0.0) - t0 for c in batch]
+    ends = sorted(c.finished - t0 for c in batch)
     return {
         "first_token_p50": round(tokens[len(tokens) // 2], 3),
         "first_token_max": round(tokens[-1], 3),
         "end_p50": round(ends[len(ends) // 2], 3),
+        "tokens_per_event": tokens_per_event(batch),
     }
+
+
+def tokens_per_event(streams: list[Call]) -> float:
+    """The completion tokens the streams' content events carried, on average
+    (0 where they had none)."""
+    events = sum(c.events for c in streams)
+    return round(sum(c.completion_tokens for c in streams) / events, 3) if events else 0.0
