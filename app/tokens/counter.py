@@ -73,6 +73,17 @@ class PromptCounter:
         self._engines = engines
         self._counted = counted
         self._failing = False
+        if self._files is not None:
+            engines.on_change(self._prepare)
+
+    def _prepare(self, url: str) -> None:
+        """Read the tokenizers of the models the engines serve, ahead of
+        their first requests: told as an engine comes up, this runs before
+        its readiness can be answered."""
+        assert self._files is not None
+        for engine in self._engines.up_engines():
+            for model in engine.model_names:
+                self._files.prepare(model)
 
     async def count(
         self, job: CompletionJob, body: dict[str, Any], request_id: str

@@ -84,33 +84,49 @@ class ModelTokenizer:
 
 
 class TokenizerFiles:
-    """The tokenizers under ``GATEWAY_TOKENIZER_DIR``, loaded once per model
-    on first use."""
+    """The tokenizers under ``GATEWAY_TOKENIZER_DIR``: each served name
+    looked for once, each directory's files read once — a model and its LoRA
+    adapters, or every name served from the model's own directory, share
+    one read.
+
+    A large model's ``tokenizer.json`` (a 128k-token vocabulary) takes a few
+    hundred milliseconds to read, all of it holding the GIL (the
+    ``tokenizers`` library does not release it, so a worker thread would
+    stall the event loop as long). So the read is done ahead: ``prepare``
+    when an engine names the model, not at the model's first request."""
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._loaded: dict[str, ModelTokenizer | None] = {}
+        self._models: dict[str, ModelTokenizer | None] = {}
+        self._directories: dict[Path, ModelTokenizer | None] = {}
+
+    def prepare(self, model: str) -> None:
+        """Read ``model``'s tokenizer now, unless it was read already."""
+        self.for_model(model)
 
     def for_model(self, model: str) -> ModelTokenizer | None:
         """The model's tokenizer, or None if its files are not here (said once)."""
-        if model not in self._loaded:
-            self._loaded[model] = self._load(model)
-        return self._loaded[model]
+        if model not in self._models:
+            directory = self._find(model)
+            if directory is None:
+                log.warning(
+                    "no tokenizer.json for model %r in %s or %s: its prompts are counted by"
+                    " the engine",
+                    model,
+                    self._root / model,
+                    self._root,
+                )
+                self._models[model] = None
+            else:
+                if directory not in self._directories:
+                    self._directories[directory] = _read(directory)
+                self._models[model] = self._directories[directory]
+        return self._models[model]
 
-    def _load(self, model: str) -> ModelTokenizer | None:
+    def _find(self, model: str) -> Path | None:
         for directory in (self._root / model, self._root, *self._hub_snapshots(model)):
             if (directory / "tokenizer.json").is_file():
-                try:
-                    return ModelTokenizer.load(directory)
-                except Exception as exc:  # tokenizers raises plain Exceptions
-                    log.warning("cannot load the tokenizer in %s: %s", directory, exc)
-                    return None
-        log.warning(
-            "no tokenizer.json for model %r in %s or %s: its prompts are counted by the engine",
-            model,
-            self._root / model,
-            self._root,
-        )
+                return directory
         return None
 
     def _hub_snapshots(self, model: str) -> list[Path]:
@@ -125,6 +141,14 @@ class TokenizerFiles:
             if snapshot.is_dir()
         ]
         return sorted(found, key=lambda path: path.stat().st_mtime, reverse=True)
+
+
+def _read(directory: Path) -> ModelTokenizer | None:
+    try:
+        return ModelTokenizer.load(directory)
+    except Exception as exc:  # tokenizers raises plain Exceptions
+        log.warning("cannot load the tokenizer in %s: %s", directory, exc)
+        return None
 
 
 def _token_text(value: Any) -> str | None:

@@ -5,11 +5,14 @@ fails it the ways an engine can)."""
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from app.settings import Settings
 from app.tokens.counter import counting_note
 from tests.support.asgi import InProcessGateway, in_process_gateway
 from tests.support.scripted_engine import DONE, MODEL, EngineCall, ScriptedEngine, chunk
-from tests.tokens.test_local import write_model
+from tests.support.wait import wait_for
+from tests.tokens.test_local import counted_reads, write_model
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -264,3 +267,14 @@ def test_an_operator_is_told_at_start_up_when_the_engine_counts_every_prompt() -
     assert "GATEWAY_TOKENIZER_DIR" in note
     assert counting_note(Settings(prompt_tokens="estimate")) is None
     assert counting_note(Settings(tokenizer_dir=Path("/models/tiny"))) is None
+
+
+async def test_the_tokenizer_is_read_once_an_engine_serves_the_model_before_any_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = counted_reads(monkeypatch)
+    model = write_model(tmp_path / "tiny")
+    settings: dict[str, Any] = {"prompt_tokens": "tokenizer", "tokenizer_dir": model}
+    async with in_process_gateway(exact_engine(), **settings) as gateway:
+        assert await wait_for(lambda: read == [model], timeout=30)
+        assert gateway.engine.requests[CHAT] == 0

@@ -106,3 +106,43 @@ def test_a_hugging_face_cache_is_looked_in_by_the_served_models_hub_id(tmp_path:
     files = TokenizerFiles(tmp_path)
     assert files.for_model("org/model-a") is not None
     assert files.for_model("org/model-b") is None
+
+
+def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The directories ``ModelTokenizer.load`` reads from here on."""
+    read: list[Path] = []
+    load = ModelTokenizer.load
+
+    def recorded(directory: Path) -> ModelTokenizer:
+        read.append(directory)
+        return load(directory)
+
+    monkeypatch.setattr(ModelTokenizer, "load", staticmethod(recorded))
+    return read
+
+
+def test_names_that_find_the_same_files_share_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model and its LoRA adapters, served from the model's directory:
+    each read of a large tokenizer.json holds the event loop for a few
+    hundred milliseconds."""
+    read = counted_reads(monkeypatch)
+    model = write_model(tmp_path / "m")
+    files = TokenizerFiles(model)
+    tokenizers = [files.for_model(name) for name in ("m", "m-lora-1", "m-lora-2")]
+    assert read == [model]
+    assert tokenizers[0] is not None
+    assert all(t is tokenizers[0] for t in tokenizers)
+
+
+def test_prepare_reads_the_files_before_the_first_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = counted_reads(monkeypatch)
+    model = write_model(tmp_path / "m")
+    files = TokenizerFiles(model)
+    files.prepare("m")
+    assert read == [model]
+    assert files.for_model("m") is not None
+    assert read == [model]
