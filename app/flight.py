@@ -222,15 +222,17 @@ class Flight:
         job, record = self._admission.job, self.record
         record.enter("waiting_first_token" if job.stream else "non_streaming")
         engine, path = self._hold.engine, self._engine_path
+        services = self._services
         with self.trace.engine_call(engine, path, len(self._tried)):
-            self._upstream = await self._services.engine_client.open(
-                engine,
-                path,
-                job.upstream_body,
-                record.engine_request_id,
-                stream=job.stream,
-                content_type=job.upstream_type,
-            )
+            with services.transit.calling():
+                self._upstream = await services.engine_client.open(
+                    engine,
+                    path,
+                    job.upstream_body,
+                    record.engine_request_id,
+                    stream=job.stream,
+                    content_type=job.upstream_type,
+                )
             if job.stream:
                 # How long before its end it hands its place on: what the
                 # way here took, as its engine's streams measure it.

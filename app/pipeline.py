@@ -31,6 +31,7 @@ from app.routing.prefix_key import prompt_keys
 from app.services import Services
 from app.settings import Settings
 from app.terms import AtEnd, EndListener, Terms
+from app.transit import TRANSIT_WAIT_SECONDS
 from app.validation import CompletionJob, Limits, Route, check_request, read_body
 
 
@@ -98,6 +99,11 @@ async def _receive(
     salted for ``cache_scope``, its prompts counted. A model the key may not
     call is, to it, one that does not exist."""
     settings = services.settings
+    if services.admission.queued:
+        # Behind a queue, an early intake gains it nothing: the engine calls
+        # under way go out first (``app.transit``). Before the receiving
+        # bound: it has not started to read its body.
+        await services.transit.answered(TRANSIT_WAIT_SECONDS)
     with services.receiving.enter():
         form = ROUTES[route].body == "form"
         limit = settings.max_upload_bytes if form else settings.max_body_bytes

@@ -31,6 +31,7 @@ from app.state.local import LocalLimits
 from app.state.redis import SharedRedis
 from app.state.redis_limits import SharedLimits
 from app.tokens.counter import PromptCounter
+from app.transit import Transit
 
 
 @dataclass
@@ -46,6 +47,8 @@ class Services:
     # Where admission sends a request (its filters, scorers and pick).
     router: Router
     receiving: Receiving
+    # Engine calls under way (a request behind a queue lets them go first).
+    transit: Transit
     estimator: PromptTokenEstimator
     # How prompts are counted (the engine's /tokenize, tokenizer files, or
     # the estimator).
@@ -120,6 +123,7 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         receiving=Receiving(
             settings.max_receiving, metrics.receiving, settings.retry_after_unavailable
         ),
+        transit=Transit(),
         estimator=estimator,
         counter=PromptCounter(settings, engines, engine, metrics.prompts_counted),
         responses=Responses(

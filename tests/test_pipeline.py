@@ -22,6 +22,7 @@ from tests.support.scripted_engine import DONE, MODEL, ScriptedEngine, chunk, ne
 from tests.support.wait import wait_for
 
 COMPLETIONS = "/v1/completions"
+USAGE = {"prompt_tokens": 1, "completion_tokens": 1}
 
 
 def body(**fields: object) -> dict[str, object]:
@@ -62,6 +63,35 @@ async def test_a_client_that_leaves_while_queued_never_reaches_the_engine() -> N
         await first.done()
         assert gateway.settled()
         assert outcomes(gateway)["completed"] == 1
+
+
+async def test_a_request_behind_a_queue_reads_its_body_after_the_calls_under_way() -> None:
+    """A burst's intake would otherwise run ahead of the engine calls of
+    those admitted first (``app.transit``): the call under way is answered
+    before a request behind the queue is read, checked and queued."""
+    async with in_process_gateway(max_concurrency=1) as gateway:
+        transit, answered = gateway.services.transit, {"choices": [], "usage": USAGE}
+        holder = gateway.request(COMPLETIONS, body(stream=True))
+        call = await gateway.engine.calls.get()
+        assert transit.under_way == 1
+        first = gateway.request(COMPLETIONS, body())
+        await _until(lambda: gateway.metric("gateway_queue_depth") == 1)
+        second = gateway.request(COMPLETIONS, body())
+        await _until(lambda: transit.waiting)
+        assert gateway.metric("gateway_queue_depth") == 1
+        assert gateway.metric("gateway_requests_receiving") == 0
+        call.stream()
+        await _until(lambda: gateway.metric("gateway_queue_depth") == 2)
+        assert not transit.waiting
+        call.send(chunk("a") + usage_chunk(1, 1) + DONE)
+        call.end()
+        await holder.done()
+        for exchange in (first, second):
+            (await gateway.engine.calls.get()).answer(200, answered)
+            await exchange.done()
+            assert exchange.status == 200
+        assert gateway.settled()
+        assert outcomes(gateway)["completed"] == 3
 
 
 @pytest.mark.parametrize("leave_first", [True, False])

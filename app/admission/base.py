@@ -72,6 +72,10 @@ class Admission(Protocol):
         """Wait until the request may go to an engine (not one of
         ``excluded``: a retry), or raise a ``GatewayError``."""
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting for admission now."""
+
     def place(self, request_id: str) -> QueuePlace | None:
         """Where the request of ``request_id`` (its engine request id) stands
         in the queue; None when it is not queued."""
@@ -179,6 +183,10 @@ class Unlimited:
         if adapter is not None:
             state.adapters[adapter] += 1
         return _CountedHold(self, choice.engine, adapter=adapter)
+
+    @property
+    def queued(self) -> int:
+        return 0  # nothing waits here
 
     def place(self, request_id: str) -> QueuePlace | None:
         return None  # nothing waits here

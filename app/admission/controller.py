@@ -195,6 +195,10 @@ class AdmissionController:
             self._publish()
             raise self._queue_timeout_error(waiter)
 
+    @property
+    def queued(self) -> int:
+        return self.policy.queued
+
     def place(self, request_id: str) -> QueuePlace | None:
         waiter = self._queued.get(request_id)
         return None if waiter is None else self.policy.place(waiter)
