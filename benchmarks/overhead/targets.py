@@ -96,6 +96,27 @@ def layout_note(layout: str) -> str:
     return f"not pinned: engine, proxies and client share CPUs {cpus}"
 
 
+# Settings that name a file or directory.
+PATH_SETTINGS = ("GATEWAY_TOKENIZER_DIR", "GATEWAY_KEYS_FILE")
+
+
+def resolved_paths(env: dict[str, str], cwd: Path) -> dict[str, str]:
+    """``env`` with each path setting made absolute against ``cwd`` (where
+    the benchmark runs). A gateway runs in its own source directory
+    (``--gateway-src``, ``--before-src``), where a relative path names
+    something else or nothing: a gateway without its tokenizer files counts
+    prompts by the engine, and would be measured as another gateway. A path
+    that does not exist stops the run."""
+    resolved = dict(env)
+    for name in PATH_SETTINGS:
+        if name in env:
+            path = cwd / env[name]
+            if not path.exists():
+                raise SystemExit(f"{name}={env[name]}: {path} does not exist")
+            resolved[name] = str(path)
+    return resolved
+
+
 @dataclass
 class CpuSnapshot:
     """CPU seconds so far (utime + stime from /proc) of the process that
@@ -166,7 +187,7 @@ class OverheadBench(Bench):
         src = args.before_src if target == "before" else args.gateway_src
         return self.procs.gateway(
             f"gateway-{target}-{self.layout}",
-            {"GATEWAY_UPSTREAM_URL": self.engine.url, **env, **extra},
+            resolved_paths({"GATEWAY_UPSTREAM_URL": self.engine.url, **env, **extra}, Path.cwd()),
             Path(src),
         )
 
