@@ -39,6 +39,7 @@ the request.
 
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from types import TracebackType
 
 import anyio
@@ -223,8 +224,14 @@ class Flight:
         record.enter("waiting_first_token" if job.stream else "non_streaming")
         engine, path = self._hold.engine, self._engine_path
         services = self._services
+        # A stream's head comes once its engine has taken it in: the call is
+        # under way until then (``app.transit``). A whole answer's head comes
+        # with its end, which says nothing of when it was taken in.
+        under_way: AbstractContextManager[None] = (
+            services.transit.calling() if job.stream else nullcontext()
+        )
         with self.trace.engine_call(engine, path, len(self._tried)):
-            with services.transit.calling():
+            with under_way:
                 self._upstream = await services.engine_client.open(
                     engine,
                     path,

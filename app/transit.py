@@ -1,11 +1,12 @@
 """Engine calls under way, and a wait for the ones under way now.
 
-A call is under way from the moment an admitted request starts its engine
-call until the engine answers it (its status and headers) or the call
-fails. ``answered`` waits for the calls under way when it is called, not for
-calls started after it, so a steady stream of calls cannot keep a waiter
-waiting; and at most ``within`` seconds, so a call that hangs holds nobody
-for long.
+A stream's call is under way from the moment an admitted request starts
+it until the engine answers it (its status and headers: vLLM sends them once
+it has taken the request in) or the call fails. A call for a whole answer is
+not counted: its head comes with its end. ``answered`` waits for the calls
+under way when it is called, not for calls started after it, so a steady
+stream of calls cannot keep a waiter waiting; and at most ``within``
+seconds, so a call that hangs holds nobody for long.
 
 Why it exists (``app.pipeline``): a burst's requests arrive in one pass of
 the event loop, and each runs its intake — the body read, checked and

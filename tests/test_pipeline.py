@@ -87,7 +87,10 @@ async def test_a_request_behind_a_queue_reads_its_body_after_the_calls_under_way
         call.end()
         await holder.done()
         for exchange in (first, second):
-            (await gateway.engine.calls.get()).answer(200, answered)
+            whole = await gateway.engine.calls.get()
+            # A whole answer's head comes with its end: not a call under way.
+            assert transit.under_way == 0
+            whole.answer(200, answered)
             await exchange.done()
             assert exchange.status == 200
         assert gateway.settled()
