@@ -6,6 +6,7 @@ from contextlib import ExitStack, suppress
 
 import anyio
 import anyio.lowlevel
+from anyio.abc import TaskGroup, TaskStatus
 
 from app.transit import Transit
 
@@ -23,24 +24,17 @@ async def test_with_no_call_under_way_nobody_waits() -> None:
 
 async def test_a_waiter_waits_for_the_calls_under_way_until_they_are_answered() -> None:
     transit = Transit()
-    done = anyio.Event()
-
-    async def wait() -> None:
-        await transit.answered(within=60)
-        done.set()
-
     with ExitStack() as first, ExitStack() as second:
         first.enter_context(transit.calling())
         second.enter_context(transit.calling())
         async with anyio.create_task_group() as group:
-            group.start_soon(wait)
-            await _until(lambda: transit.waiting)
+            done = await _waiter(transit, group)
+            assert transit.waiting
             first.close()
             await _passes(20)
             assert not done.is_set(), "a call under way was not waited for"
             second.close()
-            with anyio.fail_after(5):
-                await done.wait()
+            await _answered(done)
     assert transit.under_way == 0
     assert not transit.waiting
 
@@ -48,21 +42,13 @@ async def test_a_waiter_waits_for_the_calls_under_way_until_they_are_answered() 
 async def test_calls_started_after_a_waiter_do_not_hold_it() -> None:
     """A steady stream of calls cannot keep a waiter waiting."""
     transit = Transit()
-    done = anyio.Event()
-
-    async def wait() -> None:
-        await transit.answered(within=60)
-        done.set()
-
     with ExitStack() as before, ExitStack() as after:
         before.enter_context(transit.calling())
         async with anyio.create_task_group() as group:
-            group.start_soon(wait)
-            await _until(lambda: transit.waiting)
+            done = await _waiter(transit, group)
             after.enter_context(transit.calling())
             before.close()
-            with anyio.fail_after(5):
-                await done.wait()
+            await _answered(done)
             assert transit.under_way == 1
 
 
@@ -70,27 +56,18 @@ async def test_a_later_waiter_waits_for_the_earlier_calls_too() -> None:
     """Calls are answered out of order: the second waiter's own calls
     answered first, it still waits for the first waiter's."""
     transit = Transit()
-    first_done, second_done = anyio.Event(), anyio.Event()
-
-    async def wait(done: anyio.Event) -> None:
-        await transit.answered(within=60)
-        done.set()
-
     with ExitStack() as early, ExitStack() as late:
         early.enter_context(transit.calling())
         async with anyio.create_task_group() as group:
-            group.start_soon(wait, first_done)
-            await _until(lambda: transit.waiting)
+            first_done = await _waiter(transit, group)
             late.enter_context(transit.calling())
-            group.start_soon(wait, second_done)
-            await _passes(20)
+            second_done = await _waiter(transit, group)
             late.close()
             await _passes(20)
             assert not second_done.is_set(), "the earlier call was not waited for"
             early.close()
-            with anyio.fail_after(5):
-                await first_done.wait()
-                await second_done.wait()
+            await _answered(first_done)
+            await _answered(second_done)
 
 
 async def test_a_call_that_hangs_holds_a_waiter_only_so_long() -> None:
@@ -103,12 +80,6 @@ async def test_a_call_that_hangs_holds_a_waiter_only_so_long() -> None:
 
 async def test_a_call_that_fails_counts_as_answered() -> None:
     transit = Transit()
-    done = anyio.Event()
-
-    async def wait() -> None:
-        await transit.answered(within=60)
-        done.set()
-
     failed = anyio.Event()
 
     async def call() -> None:
@@ -119,11 +90,28 @@ async def test_a_call_that_fails_counts_as_answered() -> None:
     async with anyio.create_task_group() as group:
         group.start_soon(call)
         await _until(lambda: transit.under_way == 1)
-        group.start_soon(wait)
-        await _until(lambda: transit.waiting)
+        done = await _waiter(transit, group)
         failed.set()
-        with anyio.fail_after(5):
-            await done.wait()
+        await _answered(done)
+
+
+async def _waiter(transit: Transit, group: TaskGroup) -> anyio.Event:
+    """A task waiting for the calls under way now; set once it returned.
+    It is waiting when this returns: it runs from its start up to its wait."""
+    done = anyio.Event()
+
+    async def wait(*, task_status: TaskStatus[None]) -> None:
+        task_status.started()
+        await transit.answered(within=60)
+        done.set()
+
+    await group.start(wait)
+    return done
+
+
+async def _answered(done: anyio.Event) -> None:
+    with anyio.fail_after(5):
+        await done.wait()
 
 
 async def _passes(n: int) -> None:
