@@ -7,6 +7,7 @@ exist from the first scrape.
 """
 
 import platform
+from collections.abc import Callable
 from contextlib import suppress
 from typing import TypeVar
 
@@ -16,6 +17,7 @@ from app import __version__
 from app.errors import REJECTION_REASONS
 from app.identity import PRIORITIES
 from app.model_metrics import ModelSeries
+from app.on_collect import OnCollect
 from app.routes import ROUTES
 
 OUTCOMES = ("completed", "rejected", "cancelled", "failed")
@@ -36,6 +38,10 @@ class GatewayMetrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # First on the registry, so its writers run before any metric is
+        # collected (``app.on_collect``; the registry keeps their order).
+        self._on_collect = OnCollect()
+        r.register(self._on_collect)
         # Every series labelled by engine, so that one that leaves takes all of its own along.
         self._engine_metrics: list[Gauge | Counter] = []
         self._shares_state = False
@@ -323,6 +329,11 @@ class GatewayMetrics:
             self.prompts_counted.labels(source)
         for fallback in ("token_ids", "events"):
             self.kv_fallbacks.labels(fallback)
+
+    def on_collect(self, writer: Callable[[], None]) -> None:
+        """Have ``writer`` bring gauges up to date whenever the registry
+        is collected, before any of them is read."""
+        self._on_collect.add(writer)
 
     def _per_engine(self, metric: _M) -> _M:
         self._engine_metrics.append(metric)

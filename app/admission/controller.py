@@ -89,12 +89,11 @@ class AdmissionController:
         self._shared = None if fleet is None else SharedBudgets(fleet, self.policy, metrics)
         self._dispatch: Dispatch
         if self._shared is None:
-            self._dispatch = LocalDispatch(self.policy, self._wake, self._expire, self._publish)
+            self._dispatch = LocalDispatch(self.policy, self._wake, self._expire)
         else:
-            self._dispatch = SharedDispatch(
-                self.policy, self._shared, self._wake, self._expire, self._publish
-            )
-        self._publish()
+            self._dispatch = SharedDispatch(self.policy, self._shared, self._wake, self._expire)
+        # The gauges are written from the policy when scraped (``app.on_collect``).
+        metrics.on_collect(self._publish)
 
     @property
     def shared(self) -> "SharedBudgets | None":
@@ -189,10 +188,8 @@ class AdmissionController:
             if not self.policy.remove(waiter) and future.done() and future.exception() is None:
                 # Admitted at the moment the client left: hand it straight back.
                 self.give_back(future.result())
-            self._publish()
             raise
         if not future.done() and self.policy.remove(waiter):
-            self._publish()
             raise self._queue_timeout_error(waiter)
 
     @property
@@ -209,7 +206,6 @@ class AdmissionController:
             future = self._futures.get(waiter)
             if future is not None and not future.done():
                 future.set_exception(self._draining_error())
-        self._publish()
 
     def status(self) -> dict[str, Any]:
         queue = self.policy.queue
@@ -254,7 +250,6 @@ class AdmissionController:
 
     def forget_engine(self, engine: str) -> None:
         self.policy.forget_engine(engine)
-        self._publish()
 
     # --- what the dispatcher and the holds call back ----------------------------
 

@@ -10,7 +10,7 @@ wakes that task. While requests wait on what other replicas hold it looks
 again often, since their releases are not announced.
 
 Either way the controller is told whom to wake (``Wake``) and who waited
-past the deadline (``Expire``), and publishes the state after each round.
+past the deadline (``Expire``).
 """
 
 import asyncio
@@ -51,13 +51,10 @@ class Dispatch(Protocol):
 
 
 class LocalDispatch:
-    def __init__(
-        self, policy: AdmissionPolicy, wake: Wake, expire: Expire, publish: Callable[[], None]
-    ) -> None:
+    def __init__(self, policy: AdmissionPolicy, wake: Wake, expire: Expire) -> None:
         self._policy = policy
         self._wake = wake
         self._expire = expire
-        self._publish = publish
         self._kick = asyncio.Event()
 
     def dispatch(self) -> None:
@@ -66,7 +63,6 @@ class LocalDispatch:
         for waiter, reservation in admitted:
             self._wake(waiter, reservation)
         self._expire(expired)
-        self._publish()
 
     def released(self, reservation: Reservation) -> None:
         return None  # the policy's budget is the only one
@@ -95,13 +91,11 @@ class SharedDispatch:
         shared: SharedBudgets,
         wake: Wake,
         expire: Expire,
-        publish: Callable[[], None],
     ) -> None:
         self._policy = policy
         self._shared = shared
         self._wake = wake
         self._expire = expire
-        self._publish = publish
         self._kick = asyncio.Event()
         shared.on_view(self._kick.set)
 
@@ -130,7 +124,6 @@ class SharedDispatch:
             self._kick.clear()
             await self._round()
             shared.publish_waiting()
-            self._publish()
 
     async def _round(self) -> None:
         policy, shared = self._policy, self._shared

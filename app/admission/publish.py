@@ -1,7 +1,8 @@
 """What admission shows on ``/metrics``: the queue's depth, each engine's
 reservations, budget and sequence cap, and where requests were routed and
-why. Written after every change the controller makes, from the policy's
-state — never kept apart from it."""
+why. The gauges are written from the policy's state whenever the registry
+is collected (``app.on_collect``) — never kept apart from it, and costing a
+request nothing; the counters as each request is routed."""
 
 from app.admission.budget import Reservation
 from app.admission.policy import AdmissionPolicy
