@@ -3,8 +3,9 @@
 This is the hot path's logic: every upstream read crosses ``StreamRelay.feed``.
 Per read it does one regex scan for event ends, substring tests and one
 count for the usage chunk, the ``[DONE]`` marker, an engine error and the
-events sent, one histogram observation and, until it is due, one product
-for the hand-on of the stream's place (``ending_within``). JSON is parsed only until the
+events sent, one histogram observation and, until it is due and at most every
+``_CHECK_EVERY`` seconds, one product for the hand-on of the stream's place
+(``ending_within``). JSON is parsed only until the
 first token and for the final usage chunk. The sends around it are
 ``app.relay.sse``; the client and the drain are watched by ``app.flight``.
 
@@ -30,6 +31,11 @@ _DONE = b"data: [DONE]"
 # The share of the time ahead over which a stream's pace must have been
 # measured before it says when the stream ends (``ending_within``).
 _PACE_SPAN = 0.5
+# How often at most a stream looks whether its end is due: reading the time
+# ahead and the tokens sent on every event was a tenth of the relay's work
+# per event, for a decision a few hundredths of a second do not change (the
+# time ahead is tenths of a second to seconds).
+_CHECK_EVERY = 0.05
 
 
 class StreamRelay:
@@ -64,6 +70,7 @@ class StreamRelay:
         # ``_ahead()`` seconds (``ending_within``).
         self._ending: Callable[[], None] | None = None
         self._bound = 0
+        self._next_check = 0.0
         self._ahead: Callable[[], float] = _none
         self._per_event: Callable[[], float] = _one
 
@@ -79,7 +86,8 @@ class StreamRelay:
         event sent counted as ``per_event()`` tokens, both read at each
         check (``app.admission.refill``, *Handing on*; 0 seconds: not now).
         The time left is the tokens left at the pace the stream has kept so
-        far, measured over half of ``seconds()`` at least. A stream that
+        far, measured over half of ``seconds()`` at least; it is checked at
+        an event at most every ``_CHECK_EVERY`` seconds. A stream that
         stops earlier (a stop token, a stop string) never calls it."""
         if bound > 0:
             self._ending, self._bound, self._ahead = call, bound, seconds
@@ -111,7 +119,8 @@ class StreamRelay:
             if self._last_sent:
                 self._inter_token.observe(now - self._last_sent)
             self._last_sent = now
-            if self._ending is not None:
+            if self._ending is not None and now >= self._next_check:
+                self._next_check = now + _CHECK_EVERY
                 self._check_ending(now, record.first_token_at)
         return data
 

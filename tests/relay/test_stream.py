@@ -152,3 +152,25 @@ def test_a_stream_with_no_time_ahead_calls_nothing() -> None:
     for i in range(3):
         relay.feed(chunk("t"), 0.1 * i)
     assert called == []
+
+
+def test_a_fast_stream_looks_at_its_end_at_most_every_check_interval() -> None:
+    """Events 1 ms apart for 1 s: the time ahead is read about once every
+    ``_CHECK_EVERY`` (50 ms), not at each of the 1,000 events; the call still
+    comes when due (the bound of 1,000 is 0.1 s away at the 900th event, and
+    it is made within one interval of that)."""
+    relay, called, reads = _relay(), [], []
+
+    def ahead() -> float:
+        reads.append(1)
+        return 0.1
+
+    relay.ending_within(ahead, 1000, lambda: called.append(len(reads)))
+    due_at = None
+    for i in range(1000):
+        relay.feed(chunk("t"), 0.001 * i)
+        if called and due_at is None:
+            due_at = i
+    assert 18 <= len(reads) <= 21
+    assert due_at is not None
+    assert 899 <= due_at <= 899 + 50
