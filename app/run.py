@@ -1,6 +1,7 @@
 """Running the gateway: uvicorn on the API port (and the admin port when
 set), with the drain before shutdown (app/server.py)."""
 
+import gc
 import logging
 import os
 import socket
@@ -40,6 +41,11 @@ def run_gateway(settings: Settings) -> None:
     if settings.admin_port is not None:
         # Each process its own: Prometheus scrapes every one.
         sockets.append(_listen(settings.host, settings.admin_port))
+    # What the imports and the app made lives as long as the process: out
+    # of the collector's way, a full collection under load walks only what
+    # came after (measured under 32 streams: 126k objects, 33 ms a full
+    # collection, a pause for every stream in flight; 14 ms once frozen).
+    gc.freeze()
     try:
         DrainingServer(config, drain, settings.drain_grace_seconds).run(sockets=sockets)
     finally:

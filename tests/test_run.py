@@ -1,6 +1,8 @@
 """Running the gateway (app/run.py): several processes on one port with
-``GATEWAY_REUSE_PORT``, and without it the second refused."""
+``GATEWAY_REUSE_PORT``, and without it the second refused; what start-up
+made is out of the garbage collector's way before it serves."""
 
+import gc
 import os
 import signal
 import socket
@@ -12,6 +14,10 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+
+from app import run
+from app.server import DrainingServer
+from app.settings import Settings
 
 # Ample for a process to start, bind and answer on a busy machine.
 START_TIMEOUT = 60.0
@@ -92,3 +98,24 @@ def test_without_reuse_port_a_second_process_is_refused_the_port() -> None:
             assert second.wait(timeout=START_TIMEOUT) != 0
             assert second.stderr is not None
             assert "Address already in use" in second.stderr.read()
+
+
+def test_what_start_up_made_is_frozen_before_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In process, up to the server's run (nothing listens, nothing logs)."""
+    frozen: list[int] = []
+
+    def serve(server: DrainingServer, sockets: list[socket.socket]) -> None:
+        frozen.append(gc.get_freeze_count())
+        for sock in sockets:
+            sock.close()
+
+    monkeypatch.setattr(DrainingServer, "run", serve)
+    monkeypatch.setattr(run, "configure_logging", lambda *args: None)
+    monkeypatch.setattr(run, "_listen", lambda *args, **kwargs: socket.socket())
+    gc.unfreeze()
+    try:
+        run.run_gateway(Settings())
+    finally:
+        gc.unfreeze()
+    assert len(frozen) == 1
+    assert frozen[0] > 0
