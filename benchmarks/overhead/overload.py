@@ -23,8 +23,11 @@ from typing import Any
 
 from app.settings import Settings
 from benchmarks.harness import Call, Client, closed_loop, num, q, tokens_within
+from benchmarks.overhead.engine_cpu import EngineCpu, raw, split
+from benchmarks.overhead.first_batch import first_batch, tokens_per_event
 from benchmarks.overhead.rows import PREEMPTIONS, rotated
-from benchmarks.overhead.targets import GATEWAYS, NAMES, OverheadBench
+from benchmarks.overhead.targets import GATEWAYS, NAMES, OverheadBench, engine_cpus
+from deploy.stack import parse_cpus
 
 GENERATED = "vllm:generation_tokens_total"
 ENGINE_SERIES = ("vllm:num_requests_waiting", "vllm:num_requests_running", GENERATED)
@@ -104,15 +107,17 @@ async def overload_once(
         async def one(user: int) -> Call:
             return await client.stream(bench.body(args.overload_max_tokens))
 
+        engine_cpu = EngineCpu(bench.engine.pid, parse_cpus(engine_cpus(bench.layout)))
         async with bench.measure(
             client, (PREEMPTIONS,), sampled=sampled, series=ENGINE_SERIES + GATEWAY_SERIES
         ) as window:
-            calls = await closed_loop(
-                args.overload_users,
-                args.overload_seconds,
-                one,
-                retry_after=client_kind == "honour",
-            )
+            with engine_cpu:
+                calls = await closed_loop(
+                    args.overload_users,
+                    args.overload_seconds,
+                    one,
+                    retry_after=client_kind == "honour",
+                )
     t0 = window.started
     settle = min(5.0, args.overload_seconds / 5)
     start, end = t0 + settle, t0 + args.overload_seconds
@@ -131,6 +136,7 @@ async def overload_once(
     def mean(values: list[float]) -> float | None:
         return sum(values) / len(values) if values else None
 
+    batch = first_batch(served, t0, args.max_num_seqs)
     codes: dict[str, int] = defaultdict(int)
     for c in refused:
         codes[c.error_code or "?"] += 1
@@ -172,36 +178,15 @@ async def overload_once(
         "gateway_queue_max": max(queue) if queue else None,
         "preemptions": window.delta(PREEMPTIONS),
         "others_cores": round(window.others_cores, 3),
-        "first_batch": first_batch(served, t0, args.max_num_seqs),
+        "first_batch": batch,
+        # The engine's cores while the first batch streamed (to its median
+        # end) and once settled: its API server, its engine core, the others.
+        "engine_cpu_first_batch": (
+            split(engine_cpu.readings, t0, t0 + batch["end_p50"]) if batch else None
+        ),
+        "engine_cpu_settled": split(engine_cpu.readings, start, end),
+        # Every reading (benchmarks.overhead.engine_cpu.raw), for what the
+        # two stretches above do not show.
+        "engine_cpu_readings": raw(engine_cpu.readings, t0),
         "tokens_per_event": tokens_per_event(served),
     }
-
-
-def first_batch(served: list[Call], t0: float, cap: int) -> dict[str, float] | None:
-    """When the burst's first batch — the ``cap`` streams that got a first
-    token first — got its first tokens (median, last) and ended (median),
-    in seconds from t=0: a relay that starts it later loses that much of
-    the window's tokens however full it keeps the engine after. And the
-    tokens its events carried: vLLM merges a stream's tokens into one event
-    when the stream's reader falls behind, and each event it sends costs its
-    API server, which shares the engine's cores."""
-    batch = sorted(
-        (c for c in served if c.first_token is not None), key=lambda c: c.first_token or 0.0
-    )[:cap]
-    if len(batch) < cap:
-        return None
-    tokens = [(c.first_token or 0.0) - t0 for c in batch]
-    ends = sorted(c.finished - t0 for c in batch)
-    return {
-        "first_token_p50": round(tokens[len(tokens) // 2], 3),
-        "first_token_max": round(tokens[-1], 3),
-        "end_p50": round(ends[len(ends) // 2], 3),
-        "tokens_per_event": tokens_per_event(batch),
-    }
-
-
-def tokens_per_event(streams: list[Call]) -> float:
-    """The completion tokens the streams' content events carried, on average
-    (0 where they had none)."""
-    events = sum(c.events for c in streams)
-    return round(sum(c.completion_tokens for c in streams) / events, 3) if events else 0.0

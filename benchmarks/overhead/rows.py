@@ -4,12 +4,12 @@ ratio paired with the direct run of its own round)."""
 
 import argparse
 import asyncio
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from benchmarks.harness import Call, Client, Window, closed_loop, ms, q, tokens_within
+from benchmarks.overhead.spread import spread
 from benchmarks.overhead.targets import NAMES, CpuSnapshot, OverheadBench
 
 PREEMPTIONS = "vllm:num_preemptions_total"
@@ -182,13 +182,6 @@ async def run_rows(bench: OverheadBench, args: argparse.Namespace) -> list[Run]:
                     flush=True,
                 )
     return runs
-
-
-def spread(values: list[float]) -> dict[str, float] | None:
-    """Median, min and max across rounds."""
-    if not values:
-        return None
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def aggregate(runs: list[Run], rows: list[Row], targets: list[str]) -> list[dict[str, Any]]:

@@ -7,16 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ms, num, sections, table
+from benchmarks.overhead.first_batch import first_batch_table
 from benchmarks.overhead.profile import profile_table
+from benchmarks.overhead.spread import spread, spread_text
 from benchmarks.overhead.targets import NAMES, TARGETS, layout_note
-
-
-def spread_text(s: dict[str, float] | None, digits: int = 2, scale: float = 1.0) -> str:
-    """A median and its spread across rounds: ``0.93 (0.90–0.95)``."""
-    if s is None:
-        return "-"
-    med, lo, hi = (f"{s[k] * scale:,.{digits}f}" for k in ("median", "min", "max"))
-    return med if lo == hi else f"{med} ({lo}–{hi})"
 
 
 def rows_table(agg: list[dict[str, Any]]) -> str:
@@ -66,16 +60,6 @@ def rows_table(agg: list[dict[str, Any]]) -> str:
             ]
         )
     return table(headers, body)
-
-
-def spread(values: list[float]) -> dict[str, float] | None:
-    """The median and range of ``values`` (None: none)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-    return {"median": median, "min": ordered[0], "max": ordered[-1]}
 
 
 def overload_table(results: list[dict[str, Any]]) -> str:
@@ -243,6 +227,11 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
                 f" {args.overload_repeats} rounds, engine --max-num-seqs {args.max_num_seqs};"
                 f" {'warm' if args.overload_warm else 'a fresh'} gateway per cell; medians"
                 " of the rounds (min–max)\n\n" + overload_table(data["overload"])
+            )
+            parts.append(
+                f"The burst's first batch and the engine's cores ({layout}; the engine's"
+                f" cores: {data.get('engine_cpus', '-')}): medians of the rounds (min–max)"
+                "\n\n" + first_batch_table(data["overload"])
             )
         if "vllm_bench" in data:
             parts.append(

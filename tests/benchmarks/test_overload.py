@@ -10,9 +10,7 @@ from benchmarks.overhead.overload import (
     GENERATED,
     came_back,
     deadline_of,
-    first_batch,
     in_time,
-    tokens_per_event,
 )
 from benchmarks.overhead.tables import overload_table
 
@@ -120,32 +118,3 @@ def test_a_counters_rate_is_read_between_its_first_and_last_sample_in_the_window
         sampler.rows.append((at, "engine", [Sample(GENERATED, {}, value)]))
     assert sampler.rate("engine", GENERATED, 1.0, 3.0) == 250.0
     assert sampler.rate("engine", GENERATED, 3.5, 9.0) is None
-
-
-def test_the_first_batch_is_the_streams_whose_first_tokens_came_first() -> None:
-    served = []
-    for i in range(4):
-        c = call(i, 0.0, 200)
-        c.first_token, c.finished = 10.0 + i, 20.0 + i
-        # 200 tokens in 100, 50, 40, 25 events.
-        c.completion_tokens, c.events = 200, (100, 50, 40, 25)[i]
-        served.append(c)
-    late = call(4, 0.0, 200)
-    late.first_token, late.finished = 30.0, 31.0
-    # t=0 at 9: the first three got first tokens 1, 2, 3 s in and ended 11-13 s in.
-    assert first_batch([late, *served], 9.0, 3) == {
-        "first_token_p50": 2.0,
-        "first_token_max": 3.0,
-        "end_p50": 12.0,
-        # 600 tokens in 190 events.
-        "tokens_per_event": round(600 / 190, 3),
-    }
-    assert first_batch(served[:2], 9.0, 3) is None
-
-
-def test_tokens_per_event_is_what_the_streams_events_carried_on_average() -> None:
-    merged, single, empty = call(0, 0.0, 200), call(1, 0.0, 200), call(2, 0.0, 200)
-    merged.completion_tokens, merged.events = 256, 64
-    single.completion_tokens, single.events = 256, 256
-    assert tokens_per_event([merged, single, empty]) == round(512 / 320, 3)
-    assert tokens_per_event([empty]) == 0.0
