@@ -20,6 +20,7 @@ from benchmarks.harness import (
     wait_ready,
 )
 from deploy.local import ROOT
+from deploy.stack import gateway_cpus, parse_cpus
 from loadtests.prompts import PromptFactory
 
 TARGETS = (
@@ -89,10 +90,24 @@ def engine_cpus(layout: str) -> str:
     return f"0-{last}"
 
 
+def relay_cpus(layout: str) -> set[int] | None:
+    """Where the client and every relay run: *pinned*, the cores ``make
+    up`` leaves its gateways (``deploy.stack.gateway_cpus``), so that
+    neither the client, which stands for users elsewhere, nor a relay takes
+    the engine's; *unpinned*, where the scheduler puts them (None)."""
+    if layout != "pinned":
+        return None
+    cpus = gateway_cpus({"ENGINE_CPUS": engine_cpus(layout)}, os.sched_getaffinity(0))
+    return parse_cpus(cpus) if cpus else None
+
+
 def layout_note(layout: str) -> str:
     cpus = engine_cpus(layout)
     if layout == "pinned":
-        return f"engine pinned to CPU {cpus} (as `make up`), proxies and client on the rest"
+        return (
+            f"engine pinned to CPU {cpus} (as `make up`), proxies and client pinned to the rest"
+            " (as `make up` pins the gateways)"
+        )
     return f"not pinned: engine, proxies and client share CPUs {cpus}"
 
 
@@ -141,9 +156,16 @@ class OverheadBench(Bench):
         self.backend: Service | None = None
         self.prompts = PromptFactory(seed=args.seed)
         self._traces: dict[str, str] = {}
+        self._affinity: set[int] | None = None
 
     def start(self) -> None:
         args = self.args
+        relays = relay_cpus(self.layout)
+        if relays:
+            # This process (the client) and all it starts from now on; the
+            # engine's launcher pins the engine to its own cores.
+            self._affinity = os.sched_getaffinity(0)
+            os.sched_setaffinity(0, relays)
         self.engines = [
             self.procs.engine(
                 f"engine-{self.layout}",
@@ -202,6 +224,9 @@ class OverheadBench(Bench):
         backend = [self.backend] if self.backend is not None else []
         for service in [*self.proxies.values(), *self.engines, *backend]:
             self.procs.stop(service)
+        if self._affinity is not None:
+            os.sched_setaffinity(0, self._affinity)
+            self._affinity = None
 
     def url(self, target: str) -> str:
         return self.engine.url if target == "direct" else self.proxies[target].url

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from benchmarks.overhead.main import parser
-from benchmarks.overhead.targets import OverheadBench, resolved_paths
+from benchmarks.overhead.targets import OverheadBench, relay_cpus, resolved_paths
 
 
 def test_a_relative_tokenizer_directory_is_the_one_where_the_benchmark_runs(
@@ -74,3 +74,14 @@ def test_every_gateway_gets_the_tokenizer_directory_where_the_benchmark_runs(
     ((env, src),) = started.gateways
     assert env["GATEWAY_TOKENIZER_DIR"] == str(tmp_path / ".models" / "tiny")
     assert src == Path("reports/wt-old" if target == "before" else "reports/wt-new")
+
+
+def test_pinned_the_client_and_the_relays_keep_to_the_cores_make_up_leaves_its_gateways(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr("os.cpu_count", lambda: 4)
+    # The engine on every core but the last, the rest on the last.
+    assert relay_cpus("pinned") == {3}
+    # Not pinned: wherever the scheduler puts them.
+    assert relay_cpus("unpinned") is None

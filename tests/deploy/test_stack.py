@@ -3,6 +3,7 @@
 backend, which ``make test`` installs)."""
 
 import json
+import os
 import secrets
 import signal
 import subprocess
@@ -90,6 +91,11 @@ def test_the_stack_streams_and_leaves_no_process_behind(tmp_path: Path) -> None:
         assert "redis-server" in names
         assert "phoenix serve" in names
         assert any(p.name().startswith("VLLM::EngineCor") for p in tree), "no engine core seen"
+        # The gateways keep off the engine's cores (where it leaves any).
+        engine = next(p for p in tree if "vllm.entrypoints" in " ".join(p.cmdline()))
+        if len(os.sched_getaffinity(0)) >= 2:
+            for gateway in (p for p in tree if "-m app" in " ".join(p.cmdline())):
+                assert not set(gateway.cpu_affinity()) & set(engine.cpu_affinity())
 
         stack.signal(signal.SIGTERM)
         # Stopped by the signal, as honcho reports it: 128 + SIGTERM. A

@@ -87,3 +87,21 @@ def test_the_stack_traces_into_its_backend_unless_told_otherwise(
         assert not manager._processes
     monkeypatch.setattr(stack, "TRACE_BACKEND", tmp_path / "absent")
     assert stack.trace_backend(Manager(), {}) == ({}, {})
+
+
+def test_cpu_lists_are_read_as_taskset_takes_them() -> None:
+    assert stack.parse_cpus("0") == {0}
+    assert stack.parse_cpus("0-2") == {0, 1, 2}
+    assert stack.parse_cpus("0, 3-4") == {0, 3, 4}
+
+
+def test_the_gateways_keep_to_the_cores_the_engines_leave() -> None:
+    # The launcher's default: every core but the last for the engines.
+    assert stack.gateway_cpus({}, {0, 1}) == "1"
+    assert stack.gateway_cpus({"ENGINE_CPUS": ""}, {0, 1, 2, 3}) == "3"
+    # The caller's engine cores, wherever they are.
+    assert stack.gateway_cpus({"ENGINE_CPUS": "0-1"}, {0, 1, 2, 3}) == "2,3"
+    assert stack.gateway_cpus({"ENGINE_CPUS": "2-3"}, {0, 1, 2, 3}) == "0,1"
+    # None left (one core, or the engines on every core): not pinned.
+    assert stack.gateway_cpus({}, {0}) is None
+    assert stack.gateway_cpus({"ENGINE_CPUS": "0-3"}, {0, 1, 2, 3}) is None
