@@ -111,6 +111,13 @@ def raw(readings: list[Reading], t0: float) -> list[list[float]]:
     ]
 
 
+def stretch(rows: list[list[float]], start: float, end: float) -> dict[str, float] | None:
+    """``split`` over kept readings (``raw``), between ``start`` and ``end``
+    seconds from t=0."""
+    readings = [Reading(r[0], r[1], r[2], r[3], int(r[4]), int(r[5])) for r in rows]
+    return split(readings, start, end)
+
+
 class EngineCpu:
     """Samples an engine's CPU split while a run lasts (``with`` block)."""
 

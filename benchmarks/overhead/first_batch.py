@@ -10,6 +10,7 @@ same batch."""
 from typing import Any
 
 from benchmarks.harness import Call, table
+from benchmarks.overhead.engine_cpu import stretch
 from benchmarks.overhead.spread import spread, spread_text
 from benchmarks.overhead.targets import NAMES
 
@@ -55,12 +56,29 @@ def core_ms_per_100_tokens(r: dict[str, Any]) -> float | None:
     return float(cpu["core_s"]) / generated * 100_000
 
 
+# The stretch before the first batch's end where a gateway's hand-on sends
+# the next batch to the engine's API server (about 1.2 s ahead, measured).
+END_STRETCH_S = 1.5
+
+
+def before_its_end(r: dict[str, Any]) -> dict[str, float] | None:
+    """The engine's cores in the last ``END_STRETCH_S`` before the first
+    batch's median end, from the kept readings (None: none kept)."""
+    batch, rows = r.get("first_batch"), r.get("engine_cpu_readings")
+    if not batch or not rows:
+        return None
+    end = float(batch["end_p50"])
+    return stretch(rows, end - END_STRETCH_S, end)
+
+
 def first_batch_table(results: list[dict[str, Any]]) -> str:
     """Per target, over the rounds: the first batch's first tokens and end,
     the tokens its events carried, the engine's cores until its median end
     (the API server's CPU seconds, the engine core's, the others'; how often
-    the engine core was preempted), and settled, the API server's share of
-    the cores and the engine core's CPU per 100 tokens."""
+    the engine core was preempted), the API server's and the engine core's
+    shares of the cores in its last seconds (where a hand-on sends the next
+    batch), and settled, the API server's share of the cores and the engine
+    core's CPU per 100 tokens."""
     headers = [
         "target",
         "first tokens p50 / last s",
@@ -68,6 +86,7 @@ def first_batch_table(results: list[dict[str, Any]]) -> str:
         "tokens per event",
         "to its end: API server / engine core / others, CPU-s",
         "engine core preempted",
+        f"its last {END_STRETCH_S:g} s: API server's / engine core's share",
         "settled: API server's share",
         "settled: engine core ms per 100 tokens",
     ]
@@ -80,9 +99,13 @@ def first_batch_table(results: list[dict[str, Any]]) -> str:
         cpus = [c for r in rounds if (c := r.get("engine_cpu_first_batch"))]
         settled = [c for r in rounds if (c := r.get("engine_cpu_settled")) and c["wall_s"]]
         per_100 = [v for r in rounds if (v := core_ms_per_100_tokens(r)) is not None]
+        ends = [c for r in rounds if (c := before_its_end(r))]
 
         def of(items: list[dict[str, Any]], key: str, digits: int = 2) -> str:
             return spread_text(spread([i[key] for i in items]), digits)
+
+        def share(items: list[dict[str, Any]], key: str) -> str:
+            return spread_text(spread([i[key] / i["wall_s"] for i in items if i["wall_s"]]), 3)
 
         body.append(
             [
@@ -92,6 +115,7 @@ def first_batch_table(results: list[dict[str, Any]]) -> str:
                 of(batches, "tokens_per_event"),
                 " / ".join(of(cpus, key) for key in ("api_s", "core_s", "others_s")),
                 of(cpus, "core_preempted", 0),
+                " / ".join(share(ends, key) for key in ("api_s", "core_s")) if ends else "-",
                 spread_text(spread([c["api_s"] / c["wall_s"] for c in settled]), 2),
                 spread_text(spread(per_100), 2),
             ]

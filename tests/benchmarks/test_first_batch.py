@@ -6,6 +6,7 @@ from typing import Any
 
 from benchmarks.harness import Call
 from benchmarks.overhead.first_batch import (
+    before_its_end,
     core_ms_per_100_tokens,
     first_batch,
     first_batch_table,
@@ -95,5 +96,24 @@ def test_the_table_gives_each_target_its_rounds_medians() -> None:
     # API server's share settled 0.40, the engine core 50 ms per 100 tokens.
     assert "| 4.20 (4.00–4.40) |" in direct
     assert "1.90 (1.80–2.00) / 2.30 (2.20–2.40) / 0.00" in direct
-    assert direct.endswith("| 300 | 0.40 | 50.00 |")
+    # No readings kept: nothing said of the batch's last seconds.
+    assert direct.endswith("| 300 | - | 0.40 | 50.00 |")
     assert "| 5.00 |" in makeup
+
+
+def test_the_batchs_last_seconds_are_read_from_the_kept_readings() -> None:
+    # Readings every 0.5 s from t=0: the API server 0.2 s and the engine
+    # core 0.3 s of CPU every half second (its tree 0.5 s).
+    rows = [[i * 0.5, i * 0.2, i * 0.5, i * 0.5, 0, 0] for i in range(13)]
+    r = {"first_batch": {"end_p50": 5.0}, "engine_cpu_readings": rows}
+    # From the reading at 3.5 s to the one at 5.0 s.
+    assert before_its_end(r) == {
+        "wall_s": 1.5,
+        "api_s": 0.6,
+        "core_s": 0.9,
+        "others_s": 0.0,
+        "core_gave_up": 0,
+        "core_preempted": 0,
+    }
+    assert before_its_end({"first_batch": {"end_p50": 5.0}}) is None
+    assert before_its_end({"first_batch": None, "engine_cpu_readings": rows}) is None
