@@ -4,7 +4,6 @@ token, and the table over the rounds. No engine."""
 
 from typing import Any
 
-from benchmarks.harness import Call
 from benchmarks.overhead.first_batch import (
     before_its_end,
     core_ms_per_100_tokens,
@@ -12,12 +11,7 @@ from benchmarks.overhead.first_batch import (
     first_batch_table,
     tokens_per_event,
 )
-
-
-def call(user: int, started: float, status: int) -> Call:
-    c = Call(status=status, started=started)
-    c.user = user
-    return c
+from tests.benchmarks.calls import call
 
 
 def test_the_first_batch_is_the_streams_whose_first_tokens_came_first() -> None:

@@ -13,12 +13,7 @@ from benchmarks.overhead.overload import (
     in_time,
 )
 from benchmarks.overhead.tables import overload_table
-
-
-def call(user: int, started: float, status: int) -> Call:
-    c = Call(status=status, started=started)
-    c.user = user
-    return c
+from tests.benchmarks.calls import call
 
 
 def test_a_refusal_counts_as_true_when_its_user_came_back_and_was_admitted() -> None:
