@@ -37,6 +37,18 @@ def busy_seconds(cpus: set[int], stat: str | None = None) -> float:
     return total / _CLK_TCK
 
 
+# The name vLLM gives its model workers' processes (their comm, as ps shows it).
+WORKER = "VLLM::Worker"
+
+
+def command_name(pid: int) -> str:
+    """A process's name (/proc/<pid>/comm; empty once it has gone)."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def switches(pid: int) -> tuple[int, int]:
     """The voluntary and involuntary context switches so far of every
     thread of ``pid`` (0, 0 once it has gone)."""
@@ -68,6 +80,10 @@ class Reading:
     # those it gave the core up for, and those it was preempted at.
     core_gave_up: int = 0
     core_preempted: int = 0
+    # The model's workers' (vLLM's VLLM::Worker processes: the forward
+    # passes), part of ``tree``; the engine core proper schedules, and waits
+    # on them polling.
+    workers: float = 0.0
 
 
 def split(readings: list[Reading], start: float, end: float) -> dict[str, float] | None:
@@ -88,13 +104,16 @@ def split(readings: list[Reading], start: float, end: float) -> dict[str, float]
         "others_s": round(max(0.0, (last.cores - first.cores) - engine), 3),
         "core_gave_up": last.core_gave_up - first.core_gave_up,
         "core_preempted": last.core_preempted - first.core_preempted,
+        "workers_s": round(last.workers - first.workers, 3),
     }
 
 
 def raw(readings: list[Reading], t0: float) -> list[list[float]]:
     """The readings as kept in a result: seconds from ``t0``, then the API
     server's, the tree's and the cores' CPU seconds from the first reading,
-    and the engine core's context switches from it."""
+    the engine core's context switches from it, and its workers' CPU
+    seconds from it (readings kept before the workers were read have six
+    columns)."""
     if not readings:
         return []
     first = readings[0]
@@ -106,6 +125,7 @@ def raw(readings: list[Reading], t0: float) -> list[list[float]]:
             round(r.cores - first.cores, 3),
             r.core_gave_up - first.core_gave_up,
             r.core_preempted - first.core_preempted,
+            round(r.workers - first.workers, 3),
         ]
         for r in readings
     ]
@@ -114,7 +134,10 @@ def raw(readings: list[Reading], t0: float) -> list[list[float]]:
 def stretch(rows: list[list[float]], start: float, end: float) -> dict[str, float] | None:
     """``split`` over kept readings (``raw``), between ``start`` and ``end``
     seconds from t=0."""
-    readings = [Reading(r[0], r[1], r[2], r[3], int(r[4]), int(r[5])) for r in rows]
+    readings = [
+        Reading(r[0], r[1], r[2], r[3], int(r[4]), int(r[5]), r[6] if len(r) > 6 else 0.0)
+        for r in rows
+    ]
     return split(readings, start, end)
 
 
@@ -127,6 +150,7 @@ class EngineCpu:
         self.clock = clock
         self.readings: list[Reading] = []
         self._members: set[int] = {pid}
+        self._workers: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-cpu", daemon=True)
 
@@ -144,6 +168,7 @@ class EngineCpu:
             busy_seconds(self.cpus),
             gave_up,
             preempted,
+            sum(by_pid.get(pid, 0.0) for pid in self._workers),
         )
 
     def _run(self) -> None:
@@ -154,6 +179,7 @@ class EngineCpu:
         # The engine's processes live as long as it does: found once, not
         # at every reading (a walk of all of /proc).
         self._members = tree(self.pid)
+        self._workers = {pid for pid in self._members if command_name(pid).startswith(WORKER)}
         self.readings.append(self.read())
         self._thread.start()
         return self

@@ -45,15 +45,17 @@ def tokens_per_event(streams: list[Call]) -> float:
     return round(sum(c.completion_tokens for c in streams) / events, 3) if events else 0.0
 
 
-def core_ms_per_100_tokens(r: dict[str, Any]) -> float | None:
+def core_ms_per_100_tokens(r: dict[str, Any], key: str = "core_s") -> float | None:
     """Settled, the engine core's CPU milliseconds per 100 tokens the engine
     generated: what a step costs it for the same work, whatever share of its
-    cores it got."""
+    cores it got (``key`` "workers_s": its model workers' part)."""
     cpu, rate = r.get("engine_cpu_settled"), r.get("engine_tokens_per_s")
     if not cpu or not rate or not cpu["wall_s"]:
         return None
     generated = float(rate) * float(cpu["wall_s"])
-    return float(cpu["core_s"]) / generated * 100_000
+    if key not in cpu:
+        return None
+    return float(cpu[key]) / generated * 100_000
 
 
 # The stretch before the first batch's end where a gateway's hand-on sends
@@ -88,7 +90,7 @@ def first_batch_table(results: list[dict[str, Any]]) -> str:
         "engine core preempted",
         f"its last {END_STRETCH_S:g} s: API server's / engine core's share",
         "settled: API server's share",
-        "settled: engine core ms per 100 tokens",
+        "settled: engine core ms per 100 tokens, of which its workers'",
     ]
     cells: dict[str, list[dict[str, Any]]] = {}
     for r in results:
@@ -99,6 +101,7 @@ def first_batch_table(results: list[dict[str, Any]]) -> str:
         cpus = [c for r in rounds if (c := r.get("engine_cpu_first_batch"))]
         settled = [c for r in rounds if (c := r.get("engine_cpu_settled")) and c["wall_s"]]
         per_100 = [v for r in rounds if (v := core_ms_per_100_tokens(r)) is not None]
+        workers_100 = [v for r in rounds if (v := core_ms_per_100_tokens(r, "workers_s"))]
         ends = [c for r in rounds if (c := before_its_end(r))]
 
         def of(items: list[dict[str, Any]], key: str, digits: int = 2) -> str:
@@ -117,7 +120,8 @@ def first_batch_table(results: list[dict[str, Any]]) -> str:
                 of(cpus, "core_preempted", 0),
                 " / ".join(share(ends, key) for key in ("api_s", "core_s")) if ends else "-",
                 spread_text(spread([c["api_s"] / c["wall_s"] for c in settled]), 2),
-                spread_text(spread(per_100), 2),
+                spread_text(spread(per_100), 2)
+                + (f", {spread_text(spread(workers_100), 2)}" if workers_100 else ""),
             ]
         )
     return table(headers, body)

@@ -8,9 +8,11 @@ import time
 
 from benchmarks.harness.machine import tree
 from benchmarks.overhead.engine_cpu import (
+    WORKER,
     EngineCpu,
     Reading,
     busy_seconds,
+    command_name,
     raw,
     split,
     switches,
@@ -55,7 +57,11 @@ def test_the_split_is_taken_between_the_readings_within_the_stretch() -> None:
 def test_a_busy_child_shows_as_the_engine_core_not_the_api_server() -> None:
     # A parent that idles, with a child that spins: the tree's CPU is the
     # child's, and the parent's own stays near nothing.
-    spin = "import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n"
+    # The child names itself as vLLM names its model workers.
+    spin = (
+        "import time\nopen('/proc/self/comm', 'w').write('VLLM::Worker')\n"
+        "end = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n"
+    )
     parent = subprocess.Popen(
         [
             sys.executable,
@@ -64,9 +70,10 @@ def test_a_busy_child_shows_as_the_engine_core_not_the_api_server() -> None:
         ]
     )
     try:
-        # The engine's processes are found once, at the start: wait for the child.
+        # The engine's processes are found once, at the start: wait for the
+        # child, named.
         deadline = time.monotonic() + 60
-        while len(tree(parent.pid)) < 2:
+        while not any(command_name(pid) == WORKER for pid in tree(parent.pid)):
             assert time.monotonic() < deadline, "the child never started"
             time.sleep(0.01)
         cpu = EngineCpu(parent.pid, {0})
@@ -76,6 +83,8 @@ def test_a_busy_child_shows_as_the_engine_core_not_the_api_server() -> None:
         during = [r for r in cpu.readings if r.tree - r.api > 0.2]
         assert during, "no reading saw the child spin"
         assert all(r.api < 0.2 for r in during)
+        # And as the engine's model worker.
+        assert all(r.workers > 0.2 for r in during)
     finally:
         parent.kill()
         parent.wait()
@@ -95,5 +104,8 @@ def test_raw_readings_count_from_the_first_and_from_t0() -> None:
         Reading(10.0, api=1.0, tree=3.0, cores=3.5, core_gave_up=5, core_preempted=1),
         Reading(10.1, api=1.05, tree=3.2, cores=3.75, core_gave_up=9, core_preempted=2),
     ]
-    assert raw(readings, 9.95) == [[0.05, 0.0, 0.0, 0.0, 0, 0], [0.15, 0.05, 0.2, 0.25, 4, 1]]
+    assert raw(readings, 9.95) == [
+        [0.05, 0.0, 0.0, 0.0, 0, 0, 0.0],
+        [0.15, 0.05, 0.2, 0.25, 4, 1, 0.0],
+    ]
     assert raw([], 0.0) == []

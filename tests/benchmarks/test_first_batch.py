@@ -108,6 +108,8 @@ def test_the_batchs_last_seconds_are_read_from_the_kept_readings() -> None:
         "others_s": 0.0,
         "core_gave_up": 0,
         "core_preempted": 0,
+        # Readings kept before the workers were read: none counted.
+        "workers_s": 0.0,
     }
     assert before_its_end({"first_batch": {"end_p50": 5.0}}) is None
     assert before_its_end({"first_batch": None, "engine_cpu_readings": rows}) is None
