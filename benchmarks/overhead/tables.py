@@ -78,6 +78,7 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         "came back → admitted",
         "served in time / late (× direct's in time)",
         "TTFT p99 s, from t=0 / settled",
+        "TTFT p99 from t=0 − direct's (same round) s",
         "engine running mean",
         "engine tok/s, from t=0 / settled (× direct)",
         "preempt",
@@ -89,6 +90,9 @@ def overload_table(results: list[dict[str, Any]]) -> str:
     }
     direct_in_time = {
         (r["client"], r["repeat"]): r.get("in_time") for r in results if r["target"] == "direct"
+    }
+    direct_p99 = {
+        (r["client"], r["repeat"]): r["ttft_p99_all"] for r in results if r["target"] == "direct"
     }
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in results:
@@ -108,6 +112,14 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         tps = spread([r["tokens_per_s_all"] for r in rounds])
         p99 = spread([r["ttft_p99_all"] for r in rounds if r["ttft_p99_all"] is not None])
         settled = spread([r["ttft_p99"] for r in rounds if r["ttft_p99"] is not None])
+        # Paired by round like the throughput: vLLM direct once more in the
+        # run (``again``) gives the band two cells of one target differ by.
+        added = [
+            r["ttft_p99_all"] - base
+            for r in rounds
+            if r["ttft_p99_all"] is not None
+            and (base := direct_p99.get((client, r["repeat"]))) is not None
+        ]
         running = spread([r["engine_running_mean"] for r in rounds if r["engine_running_mean"]])
         generated = " / ".join(
             _paired(results, rounds, client, key)
@@ -140,12 +152,21 @@ def overload_table(results: list[dict[str, Any]]) -> str:
                 f"{back_ok} of {back}" if back else "-",
                 in_time,
                 f"{spread_text(p99, 2)} / {spread_text(settled, 2)}",
+                "-" if target == "direct" else _signed(spread(added)),
                 spread_text(running, 1),
                 generated,
                 num(sum(r["preemptions"] or 0 for r in rounds)),
             ]
         )
     return table(headers, body)
+
+
+def _signed(s: dict[str, float] | None) -> str:
+    """A difference over the rounds, its sign written: ``+0.27 (+0.10–+0.41)``."""
+    if s is None:
+        return "-"
+    med, lo, hi = (f"{s[k]:+.2f}" for k in ("median", "min", "max"))
+    return med if lo == hi else f"{med} ({lo}–{hi})"
 
 
 def _paired(

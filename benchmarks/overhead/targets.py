@@ -25,6 +25,7 @@ from loadtests.prompts import PromptFactory
 
 TARGETS = (
     "direct",
+    "again",
     "router",
     "nginx",
     "bare",
@@ -38,6 +39,10 @@ TARGETS = (
 )
 NAMES = {
     "direct": "vLLM direct",
+    # vLLM direct once more in every round, paired with the first like any
+    # relay: how far two cells of the same target differ in one round (the
+    # noise band a relay's ratio to direct is read against).
+    "again": "vLLM direct, again",
     "router": "vllm-router",
     # The floor of a relay's cost: one nginx worker, nothing buffered.
     "nginx": "nginx",
@@ -61,6 +66,8 @@ NAMES = {
 # What a run compares unless told: the anchors (vLLM direct, its router,
 # nginx as the floor of a relay's cost) and the gateway as `make up` runs it.
 DEFAULT_TARGETS = ("direct", "router", "nginx", "makeup")
+# The targets that are vLLM itself, no relay in front.
+DIRECT = frozenset({"direct", "again"})
 LAYOUTS = ("unpinned", "pinned")
 GATEWAYS = {
     "off": {"GATEWAY_ADMISSION": "off"},
@@ -229,7 +236,7 @@ class OverheadBench(Bench):
             self._affinity = None
 
     def url(self, target: str) -> str:
-        return self.engine.url if target == "direct" else self.proxies[target].url
+        return self.engine.url if target in DIRECT else self.proxies[target].url
 
     def body(self, max_tokens: int) -> dict[str, Any]:
         return {

@@ -113,3 +113,26 @@ def test_a_counters_rate_is_read_between_its_first_and_last_sample_in_the_window
         sampler.rows.append((at, "engine", [Sample(GENERATED, {}, value)]))
     assert sampler.rate("engine", GENERATED, 1.0, 3.0) == 250.0
     assert sampler.rate("engine", GENERATED, 3.5, 9.0) is None
+
+
+def test_vllm_direct_again_is_paired_with_direct_as_a_relay_is() -> None:
+    """Direct once more in every round: its ratio and its TTFT p99 are
+    paired with direct's like a relay's, the band two cells of one target
+    differ by within a round."""
+    results = [
+        row("direct", 0, 1000.0, ttft_p99_all=4.0),
+        row("again", 0, 950.0, ttft_p99_all=4.25),
+        row("makeup", 0, 900.0, ttft_p99_all=4.5),
+        row("direct", 1, 500.0, ttft_p99_all=6.0),
+        row("again", 1, 520.0, ttft_p99_all=5.9),
+        row("makeup", 1, 480.0, ttft_p99_all=6.2),
+    ]
+    lines = overload_table(results).splitlines()
+    again = next(line for line in lines if "direct, again" in line)
+    # 0.95 and 1.04 paired; its own rounds around their median would read
+    # 1.00 (0.68–1.32).
+    assert "0.99 (0.95–1.04)" in again
+    # +0.25 and -0.10 s after direct's p99 in the same round.
+    assert "+0.08 (-0.10–+0.25)" in again
+    gateway = next(line for line in lines if "make up" in line)
+    assert "+0.35 (+0.20–+0.50)" in gateway

@@ -85,3 +85,12 @@ def test_pinned_the_client_and_the_relays_keep_to_the_cores_make_up_leaves_its_g
     assert relay_cpus("pinned") == {3}
     # Not pinned: wherever the scheduler puts them.
     assert relay_cpus("unpinned") is None
+
+
+def test_vllm_direct_again_is_the_engine_with_nothing_in_front() -> None:
+    """``again`` measures the engine as ``direct`` does: its URL, no relay's CPU."""
+    bench = OverheadBench.__new__(OverheadBench)
+    bench.engines = [SimpleNamespace(url="http://127.0.0.1:8000", pid=0)]  # type: ignore[list-item]
+    bench.proxies = {"makeup": SimpleNamespace(url="http://127.0.0.1:9000")}  # type: ignore[dict-item]
+    assert bench.url("again") == bench.url("direct") == "http://127.0.0.1:8000"
+    assert bench.url("makeup") == "http://127.0.0.1:9000"
