@@ -21,6 +21,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.request.identity import PRIORITIES
+
 PREFIX = "GATEWAY_"
 _MASK = "***"
 
@@ -181,8 +183,24 @@ class Settings(BaseSettings):
     queue_max_depth: int = Field(512, ge=0)
     # The queue's bodies, in bytes: a bound on what waiting requests hold.
     queue_max_bytes: int = Field(256 * 1024 * 1024, ge=1024)
-    # How long a request may wait in the queue before it gets 429.
+    # The TTFT objective a request gets from its class when neither its key
+    # nor its header (``x-slo-ttft-ms``) asks for a tighter one, seconds;
+    # unset: ``queue_timeout`` (app/admission/classes.py).
     queue_timeout: float = Field(30.0, gt=0)
+    ttft_objective_high: float | None = Field(None, gt=0)
+    ttft_objective_normal: float | None = Field(None, gt=0)
+    ttft_objective_low: float | None = Field(None, gt=0)
+    # The classes whose running requests may be stopped (``evicted``) to make
+    # room for a higher class that would miss its objective, comma-separated
+    # ("" : none).
+    sheddable_classes: str = "low"
+    # Whether the engines order their own queue by priority (vLLM's
+    # ``--scheduling-policy priority``): each request then carries its
+    # class's priority to the engine, and a higher class is not held back
+    # by what lower classes hold of the KV cache, which the engine preempts
+    # first. ``fcfs``: the engines ignore priorities, the gateway's queue
+    # alone keeps the order.
+    engine_scheduling: Literal["fcfs", "priority"] = "fcfs"
     # The engine's KV cache, when it should not be read from its /metrics:
     # blocks, and their size in tokens (unset: the engine's own block size).
     kv_blocks: int | None = Field(None, ge=1)
@@ -258,6 +276,21 @@ class Settings(BaseSettings):
         if self.prompt_tokens == "auto":
             return "tokenizer" if self.tokenizer_dir is not None else "engine"
         return self.prompt_tokens
+
+    @property
+    def sheddable(self) -> frozenset[str]:
+        """The classes ``sheddable_classes`` names."""
+        return frozenset(n.strip() for n in self.sheddable_classes.split(",") if n.strip())
+
+    @model_validator(mode="after")
+    def _sheddable_are_classes(self) -> "Settings":
+        unknown = sorted(self.sheddable - set(PRIORITIES))
+        if unknown:
+            raise ValueError(
+                f"GATEWAY_SHEDDABLE_CLASSES: {', '.join(unknown)} is no class; "
+                f"the classes: {', '.join(PRIORITIES)}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _redis_given(self) -> "Settings":

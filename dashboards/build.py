@@ -39,8 +39,10 @@ REJECTION_REASONS = (
     " `body_timeout` (body not received in time), `engine_invalid` (the engine's own 4xx),"
     " `slow_reader` (a stream's client stopped reading). Its key: `unauthorized` (missing or"
     " unknown key), `forbidden` (a priority the key may not use), `rate_limited` (the key's"
-    " limits). Capacity: `queue_full` (the queue at its depth or bytes), `queue_forecast`"
-    " (a predicted wait longer than the queue's deadline), `queue_timeout`, `unavailable`"
+    " limits). Capacity: `queue_full` (the queue at its depth or bytes), `objective_forecast`"
+    " (a predicted wait that leaves no time for its first token within its objective),"
+    " `objective_expired` (its objective passed while it waited), `evicted` (a sheddable"
+    " request stopped for a higher class), `unavailable`"
     " (no engine up), `overloaded` (too many requests being received), `draining`."
 )
 
@@ -648,7 +650,7 @@ def degradation_dashboard() -> dashboard.Dashboard:
                 "Capacity refusals",
                 [
                     (
-                        f'sum by (reason) (rate(gateway_rejections_total{{reason=~"queue_full|queue_forecast|queue_timeout"}}[{RATE}]))',
+                        f'sum by (reason) (rate(gateway_rejections_total{{reason=~"queue_full|objective_forecast|objective_expired|evicted"}}[{RATE}]))',
                         "{{reason}}",
                     )
                 ],

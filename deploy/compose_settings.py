@@ -46,6 +46,8 @@ COMPOSE_DEFAULTS = {
     "redis_url": "redis://redis:6379/0",
     "kv_events_endpoint": "tcp://vllm:5557",
     "kv_events_replay_endpoint": "tcp://vllm:5558",
+    # The stack's engines order their queue by priority.
+    "engine_scheduling": "priority",
 }
 # A word in .env.example where a default needs one.
 NOTES = {

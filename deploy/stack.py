@@ -107,6 +107,8 @@ def gateway_environment(env: dict[str, str], engine_urls: list[str]) -> dict[str
     return {
         "GATEWAY_MAX_CONCURRENCY": seqs,
         "GATEWAY_TOKENIZER_DIR": str(model_dir),
+        # The engines it starts order their queue by priority (run-cpu.sh).
+        "GATEWAY_ENGINE_SCHEDULING": "priority",
         "GATEWAY_KV_EVENTS_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET}}}",
         "GATEWAY_KV_EVENTS_REPLAY_ENDPOINT": f"tcp://{{host}}:{{port+{KV_EVENTS_OFFSET + 1}}}",
         **env,

@@ -17,6 +17,7 @@ from typing import Any
 
 from app.admission.base import AdmissionRequest
 from app.admission.budget import BudgetConfig
+from app.admission.classes import classes_of, objective_of
 from app.admission.demand import refuse_if_it_can_never_fit
 from app.admission.dispatch import Dispatch, LocalDispatch, SharedDispatch
 from app.admission.estimate import PromptTokenEstimator
@@ -66,6 +67,7 @@ class AdmissionController:
         self.policy = AdmissionPolicy(
             PolicyConfig(
                 budget=budget,
+                classes=classes_of(settings),
                 max_queue_depth=settings.queue_max_depth,
                 max_queue_bytes=settings.queue_max_bytes,
                 max_wait=settings.queue_timeout,
@@ -76,7 +78,6 @@ class AdmissionController:
         )
         self.estimator = estimator
         self._metrics = AdmissionMetrics(metrics)
-        self._queue_timeout = settings.queue_timeout
         self._refill_ahead = settings.refill_ahead_seconds
         self._retry_after_unavailable = settings.retry_after_unavailable
         self._fixed_blocks = settings.kv_blocks
@@ -124,12 +125,17 @@ class AdmissionController:
         ]
         refuse_if_it_can_never_fit(job, self.estimator, caches)
         now = time.monotonic()
+        identity = request.identity
+        objective = objective_of(policy.config.classes, identity.priority, identity.objective)
+        # The objective counts from its arrival at the gateway, not from here.
+        since = max(0.0, time.perf_counter() - record.arrival)
         waiter = Waiter(
-            tenant=request.identity.tenant,
-            priority=request.identity.priority,
+            tenant=identity.tenant,
+            priority=identity.priority,
             tokens=demand.tokens,
             arrival=now,
-            deadline=now + self._queue_timeout,
+            deadline=now - since + objective,
+            objective=objective,
             sequences=demand.sequences,
             seq_tokens=tuple(t for t in demand.seq_tokens for _ in range(job.n)),
             output=job.max_tokens or 0,
@@ -168,6 +174,7 @@ class AdmissionController:
             self.opened,
             self.streamed,
             self.policy.writing,
+            self.policy.first_token,
         )
 
     def enqueue(self, waiter: Waiter, *, front: bool = False) -> "asyncio.Future[Reservation]":
@@ -182,7 +189,8 @@ class AdmissionController:
         try:
             # asyncio.wait neither cancels the future on timeout nor when
             # this task is cancelled: both cases are decided below.
-            await asyncio.wait({future}, timeout=max(0.0, waiter.deadline - time.monotonic()))
+            left = self.policy.time_left(waiter, time.monotonic())
+            await asyncio.wait({future}, timeout=max(0.0, left))
         except BaseException:
             # The client left while queued.
             if not self.policy.remove(waiter) and future.done() and future.exception() is None:
@@ -190,7 +198,7 @@ class AdmissionController:
                 self.give_back(future.result())
             raise
         if not future.done() and self.policy.remove(waiter):
-            raise self._queue_timeout_error(waiter)
+            raise self._expired_error(waiter)
 
     @property
     def queued(self) -> int:
@@ -281,13 +289,13 @@ class AdmissionController:
         for waiter in expired:
             future = self._futures.get(waiter)
             if future is not None and not future.done():
-                future.set_exception(self._queue_timeout_error(waiter))
+                future.set_exception(self._expired_error(waiter))
 
-    def _queue_timeout_error(self, waiter: Waiter) -> OverCapacity:
+    def _expired_error(self, waiter: Waiter) -> OverCapacity:
         return OverCapacity(
-            f"waited {self._queue_timeout:g}s in the gateway's queue; retry after the time"
-            " given in Retry-After",
-            reason="queue_timeout",
+            f"not started within its objective of {waiter.objective:g}s in the gateway's"
+            " queue; retry after the time given in Retry-After",
+            reason="objective_expired",
             retry_after=self.policy.retry_after(
                 time.monotonic(), waiter.tokens, waiter.tenant, waiter.priority
             ),

@@ -4,8 +4,9 @@ Priority class first (high, normal, low); within a class, start-time fair
 queuing between tenants — the tenant that has been admitted the fewest
 tokens goes next, and a tenant that starts waiting again starts at the
 class's virtual time, so idle time is not banked as credit; within a tenant,
-arrival order. A waiter holds its place until admitted, removed (its client
-left, its deadline passed) or drained.
+earliest deadline first (a request's deadline is its arrival plus its own
+objective: with equal objectives, arrival order). A waiter holds its place
+until admitted, removed (its client left, its objective passed) or drained.
 """
 
 import math
@@ -26,7 +27,10 @@ class Waiter:
     priority: str
     tokens: int
     arrival: float
+    # When its objective would be missed: its arrival at the gateway plus
+    # its objective (seconds from arrival to its first token).
     deadline: float = math.inf
+    objective: float = math.inf
     # Sequences the engine runs for it (prompts of a batch × n), and the
     # prompt + output tokens of each (empty: ``tokens`` split evenly).
     sequences: int = 1
@@ -116,13 +120,14 @@ class FairQueue:
                 break
         return ahead
 
-    def tokens_ahead(self, priority: str, tenant: str | None) -> int:
+    def tokens_ahead(self, priority: str, tenant: str | None, deadline: float = math.inf) -> int:
         """Tokens the order admits before a new request of ``tenant`` at
-        ``priority``: every class above, its tenant's own queued requests,
-        and of each other tenant's those that start (in tokens admitted)
-        before it would. A tenant that has been served little goes ahead of
-        most of a heavy tenant's backlog: its wait is not the whole queue's.
-        ``tenant`` None: everything at ``priority`` or above."""
+        ``priority`` due at ``deadline``: every class above, its tenant's own
+        queued requests due no later, and of each other tenant's those that
+        start (in tokens admitted) before it would. A tenant that has been
+        served little goes ahead of most of a heavy tenant's backlog: its
+        wait is not the whole queue's. ``tenant`` None: everything at
+        ``priority`` or above."""
         if tenant is None:
             return self.tokens_up_to(priority)
         ahead = 0
@@ -131,7 +136,7 @@ class FairQueue:
             if name != priority:
                 ahead += cls.tokens
                 continue
-            own = sum(w.tokens for w in cls.queues.get(tenant, ()))
+            own = sum(w.tokens for w in cls.queues.get(tenant, ()) if w.deadline <= deadline)
             start = max(cls.served.get(tenant, 0.0), cls.vtime) + own
             ahead += own
             for other, queue in cls.queues.items():
@@ -190,7 +195,11 @@ class FairQueue:
         if front:
             queue.appendleft(waiter)
         else:
-            queue.append(waiter)
+            # After every waiter due no later: equal deadlines keep arrival order.
+            at = len(queue)
+            while at > 0 and queue[at - 1].deadline > waiter.deadline:
+                at -= 1
+            queue.insert(at, waiter)
         self._count(cls, waiter, 1)
 
     def remove(self, waiter: Waiter) -> bool:

@@ -1,20 +1,27 @@
 """When a request will be admitted: how fast the queue drains, the wait that
 predicts, and the Retry-After a refused client is told. No I/O, no clock.
 
-*Refusing early.* The queue drains at a rate the policy measures: tokens
-admitted out of a backlog per second of backlog (idle time does not count, so
-a quiet spell does not make the engine look slow). A new request whose
-predicted wait — the tokens the order admits before it, over that rate — is
-longer than the queue's deadline is refused at once rather than after the
-deadline (reason ``queue_forecast``; a refusal for the queue's depth or
-bytes is ``queue_full``). "Before it" is the fair order's, not the queue's
-length: the classes above, its own tenant's backlog, and of every other
-tenant only what that tenant starts before it would. Counting the whole
-queue would refuse a light tenant whenever a heavy one had filled the queue
-up to the deadline, which is starvation by another road.
-A request the order would admit at once (nothing before it waits, an
-engine has room) is never refused early: a rate measured on small requests
-would otherwise turn a large one away from an idle engine for good.
+*Refusing early.* Each request has its own objective: its first token
+within so many seconds of its arrival (its class's, or tighter if its key or
+its header asks: ``app.admission.classes``). The queue drains at a rate the
+policy measures: tokens admitted out of a backlog per second of backlog
+(idle time does not count, so a quiet spell does not make the engine look
+slow). A new request whose predicted wait — the tokens the order admits
+before it, over that rate — leaves no time for its first token within its
+objective is refused at once rather than after it (reason
+``objective_forecast``; a refusal for the queue's depth or bytes is
+``queue_full``). The wait bounds the start, and the first token comes a
+learned time after it (the policy's ``first_token_lag``: what admitted
+streams took from admission to their first token, through the engine's own
+queue and prefill): the time a request has to be admitted in is its
+objective less that. "Before it" is the fair order's, not the queue's
+length: the classes above, its own tenant's backlog due before it, and of
+every other tenant only what that tenant starts before it would. Counting
+the whole queue would refuse a light tenant whenever a heavy one had filled
+the queue up to its objective, which is starvation by another road. A
+request the order would admit at once (nothing before it waits, an engine
+has room) is never refused early: a rate measured on small requests would
+otherwise turn a large one away from an idle engine for good.
 
 *When the rate is measured.* A backlog drains only as the requests in flight
 end, and how fast they end at first says when they started, not how fast the
@@ -31,7 +38,7 @@ clock at a release; a rule in time would need a duration learned from
 finished requests, and at a typical one only about half of a burst that
 started together has ended. So before any request has ended there is no
 early refusal at all, and on a fresh gateway none until a first backlog has
-turned over: until then the deadline (``queue_timeout``) and the queue's
+turned over: until then each objective and the queue's
 depth bound the wait. A measure stands for the next backlog until that one
 has turned over in its turn.
 
@@ -41,7 +48,7 @@ from its start: before that nothing could drain. Where starts are paced
 room the cache's future leaves, not one for each end, so the turnover's
 count is reached with the whole first life inside its span, and the first
 backlog reads as a drain slow enough to refuse users whom the engine serves
-within the deadline direct.
+within its objective direct.
 Counted from the first end, requests that end together read fast for their
 first turnover (a wave's admissions over the wave's width): fewer refusals,
 never more, until the next turnover measures a whole life.
@@ -57,19 +64,20 @@ turnover's span is one request's life at any point of the wave, and
 predicts those waits closely.
 
 *Refusing only when sure.* Even so a forecast is refused on only when its
-predicted wait is past the deadline by more than a fifth (``SURE``). A
-request predicted to wait about the deadline may well be admitted within it,
+predicted wait is past the time it has by more than a fifth (``SURE``). A
+request predicted to wait about that long may well be admitted within it,
 and refusing it turns away work the engine would have served in time; a
 client that comes back at once meets the same forecast again, so a queue
-held at the deadline's edge refuses the same users over and over while the
-engine's slots wait for them. Queued instead, a request whose wait does run
-past the deadline is refused then (``queue_timeout``), as it would be
+held at that edge refuses the same users over and over while the engine's
+slots wait for them. Queued instead, a request whose wait does run past
+the time it has is refused then (``objective_expired``), as it would be
 without a forecast.
 
 *Retry-After.* A refused client is told when what the order admits before it
 will have been admitted, at the measured rate (the fleet's: every engine
-admits from the one queue), never later than the queue's deadline: the
-gateway never keeps a request waiting longer than that, and a promise
+admits from the one queue), never later than the default objective
+(``queue_timeout``): the gateway never keeps a request waiting longer than
+that, and a promise
 further out rests on a rate that may well have changed by then. Clients refused
 together must not all come back together, so each refusal also books its
 own tokens' worth of drain time after the previous booking: returning
@@ -78,23 +86,24 @@ Retry-After mostly leads to admission. Bookings are kept per tenant, so one
 tenant's refusals cannot push everyone else's Retry-After up.
 
 A client refused for its predicted wait is told to come back half its
-deadline before it should be admitted, not when: its wait is longer than
-the deadline, so the whole of it would always be capped to the deadline and
-say nothing, and a client back only when all before it was admitted has
-lost its place to whoever came meanwhile. Queued any time in the last
-deadline before its admission it would be admitted within its deadline;
-back at the start of that span the forecast, asked again, predicts exactly
-the deadline and refuses it at the slightest slowdown, so it is told the
-middle. A request whose own tokens take longer than the deadline to drain
-is only admitted by finding room at once, so it is told the whole wait.
+objective before it should be admitted, not when: its wait is longer than
+the objective, so the whole of it would always be capped and say nothing,
+and a client back only when all before it was admitted has lost its place
+to whoever came meanwhile. Queued any time in the last objective before its
+admission it would be admitted within it; back at the start of that span
+the forecast, asked again, predicts exactly the objective and refuses it at
+the slightest slowdown, so it is told the middle. A request whose own
+tokens take longer than its objective to drain is only admitted by finding
+room at once, so it is told the whole wait.
 """
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
 from app.admission.fairqueue import FairQueue, Waiter
 
-# How far past the deadline a predicted wait must be before it refuses.
+# How far past the time it has a predicted wait must be before it refuses.
 SURE = 1.2
 
 
@@ -190,7 +199,7 @@ class Forecast:
     ) -> None:
         self._queue = queue
         self._max_wait = max_wait
-        # The longest Retry-After: the deadline's, or less if configured so.
+        # The longest Retry-After: the default objective's, or less if configured so.
         self._cap = min(max_retry_after, max_wait)
         self._cold_turnover = cold_turnover
         self.drain = DrainRate()
@@ -202,18 +211,28 @@ class Forecast:
         """Tokens (worst case) admitted per second out of a backlog."""
         return self.drain.rate()
 
-    def wait(self, priority: str, tokens: int = 0, tenant: str | None = None) -> float | None:
+    def wait(
+        self,
+        priority: str,
+        tokens: int = 0,
+        tenant: str | None = None,
+        deadline: float = math.inf,
+    ) -> float | None:
         """Seconds until what the order admits before a new request of
-        ``tenant`` at ``priority`` (plus its own ``tokens``) should have been
-        admitted; None without a measured rate."""
+        ``tenant`` at ``priority`` due at ``deadline`` (plus its own
+        ``tokens``) should have been admitted; None without a measured rate."""
         rate = self.drain.rate()
         if rate is None:
             return None
-        return (self._queue.tokens_ahead(priority, tenant) + tokens) / rate
+        return (self._queue.tokens_ahead(priority, tenant, deadline) + tokens) / rate
 
-    def outwaits(self, wait: float) -> bool:
-        """Whether a predicted ``wait`` is surely past the deadline."""
-        return wait > self._max_wait * SURE
+    @staticmethod
+    def misses(wait: float, left: float) -> bool:
+        """Whether a predicted ``wait`` surely leaves a request no time for
+        its first token: ``left`` is the time its objective leaves it to be
+        admitted in (what remains of the objective, less what a first token
+        takes after admission)."""
+        return wait > max(0.0, left) * SURE
 
     def place(self, waiter: Waiter, capacity_tokens: int | None) -> QueuePlace:
         """Where a queued ``waiter`` stands, and when what the order admits
@@ -236,6 +255,7 @@ class Forecast:
         priority: str | None = None,
         *,
         may_queue: bool = False,
+        objective: float | None = None,
     ) -> float:
         """Seconds a refused request of ``tokens`` should wait before coming
         back; books when it should be admitted for ``tenant``. ``may_queue``:
@@ -253,7 +273,8 @@ class Forecast:
         own = tokens / rate
         admitted = max(now + ahead / rate, self._promised.get(tenant, 0.0)) + own
         # How long before its admission it comes back to wait in the queue.
-        lead = self._max_wait / 2 if may_queue and own <= self._max_wait else 0.0
+        promised = self._max_wait if objective is None else objective
+        lead = promised / 2 if may_queue and own <= promised else 0.0
         admitted = min(admitted, now + lead + self._cap)
         self._promised[tenant] = admitted
         for stale in [t for t, until in self._promised.items() if until < now]:

@@ -24,6 +24,12 @@ Opened = Callable[[Reservation, float], HandingOn]
 Streamed = Callable[[Reservation, int, int], None]
 # A stream runs, and this says how far it has come.
 Writing = Callable[[Reservation, Progress], None]
+# A stream's first token came so many seconds after its admission.
+FirstToken = Callable[[float], None]
+
+
+def _ignore(seconds: float) -> None:
+    return None
 
 
 class KvHold:
@@ -36,7 +42,9 @@ class KvHold:
         opened: Opened | None = None,
         streamed: Streamed | None = None,
         writing: Writing | None = None,
+        first_token: FirstToken | None = None,
     ) -> None:
+        self._first_token = first_token or _ignore
         self._give_back = give_back
         self._hand_on = hand_on
         self._opened = opened
@@ -73,6 +81,8 @@ class KvHold:
     def release(self, record: RequestRecord) -> None:
         if self.reservation.released:
             return
+        if record.first_token_at is not None and record.admitted_at is not None:
+            self._first_token(record.first_token_at - record.admitted_at)
         used = None
         if record.outcome == "completed" and record.completion_tokens is not None:
             request = self._request

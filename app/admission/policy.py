@@ -86,7 +86,7 @@ goes elsewhere.
 *Order.* Waiting requests are served by priority class first (high, normal,
 low), then by fair share between tenants within a class — the tenant that
 has been admitted the fewest tokens goes next (start-time fair queuing, so a
-tenant that was idle does not bank credit), then by arrival
+tenant that was idle does not bank credit), then by deadline
 (``FairQueue``). The head of the order waits until it fits some engine;
 nothing overtakes it, so large requests are not starved by small ones; the
 cap above bounds how long it can hold them. Only requests for a model whose
@@ -100,13 +100,16 @@ with nothing in flight it takes at once (``affinity_steal`` ``idle``, the
 default: beside running requests its prompt would evict theirs), or, with
 ``room``, any room no one behind it took in a dispatch round.
 
-*Refusing early, and Retry-After.* A new request whose predicted wait is
-surely longer than the queue's deadline is refused at once rather than after it
-(``queue_forecast``) — unless the order would admit it at once (nothing
-before it waits, an engine has room) — and so is any request beyond the
-queue's maximum depth or bytes (``queue_full``). How the wait is predicted,
-when the prediction may refuse, and what a refused client is told, is
-``app.admission.forecast``.
+*Objectives.* Every request is promised a first token within its objective
+(its class's, or tighter: ``app.admission.classes``); its deadline is its
+arrival plus that, and within a tenant the earliest deadline goes first.
+A new request whose predicted wait surely leaves no time for its first token
+is refused at once (``objective_forecast``) — unless the order would admit
+it at once (nothing before it waits, an engine has room) —, one whose
+deadline comes while it waits is refused then (``objective_expired``), and
+so is any request beyond the queue's maximum depth or bytes
+(``queue_full``). How the wait is predicted, when the prediction may refuse,
+and what a refused client is told, is ``app.admission.forecast``.
 """
 
 from collections.abc import Iterator
@@ -115,6 +118,7 @@ from functools import partial
 from typing import Literal
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
+from app.admission.classes import ClassTable, default_table
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
 from app.admission.pace import Progress
@@ -124,6 +128,9 @@ from app.request.identity import PRIORITIES
 from app.routing.base import Choice, RouteRequest, Wait
 from app.routing.router import Router
 from app.settings import default
+
+# The weight of an admitted stream's first token in ``first_token_lag``.
+_LAG_WEIGHT = 0.1
 
 __all__ = [
     "AdmissionPolicy",
@@ -142,8 +149,10 @@ class PolicyConfig:
     max_queue_depth: int = default("queue_max_depth")
     # What the waiting requests' bodies may add up to, in bytes.
     max_queue_bytes: int = default("queue_max_bytes")
-    # Longest wait in the queue (the controller's deadline).
+    # The default objective, and the longest a Retry-After promises.
     max_wait: float = default("queue_timeout")
+    # The classes: rank, objective, sheddable, the engine's priority.
+    classes: ClassTable = field(default_factory=default_table)
     max_retry_after: float = 60.0
     cold_turnover: float = 2.0
     # How long a request may wait for the engine that reports holding the
@@ -201,6 +210,11 @@ class AdmissionPolicy:
         # release or arrival, which looks again anyway.
         self._reserved_done = 0.0
         self._peak_done = 0.0
+        # Seconds from admission to a stream's first token, a running mean
+        # of what admitted streams took (the engine's queue, its prefill, the
+        # way there): what a request's objective must leave after it is
+        # admitted.
+        self.first_token_lag = 0.0
 
     # --- engines ----------------------------------------------------------------
 
@@ -238,7 +252,7 @@ class AdmissionPolicy:
     def enqueue(self, waiter: Waiter, now: float, *, front: bool = False) -> None:
         """Queue a request, or raise ``QueueFull`` if the queue is at its
         depth or its bytes (``queue_full``), or the predicted wait is longer
-        than the deadline (``queue_forecast``; not if it would be admitted
+        than its objective allows (``objective_forecast``; not if it would be admitted
         at once). ``front``: a retry, which already waited its turn."""
         if not front:
             self._refuse_if_full(waiter, now)
@@ -258,13 +272,28 @@ class AdmissionPolicy:
         # takes now (a depth of 0: no waiting at all, not no requests).
         if full and not self._admitted_at_once(w, now):
             raise QueueFull(told(w.priority))
-        wait = forecast.wait(w.priority, w.tokens, w.tenant)
-        if wait is not None and forecast.outwaits(wait) and not self._admitted_at_once(w, now):
+        wait = forecast.wait(w.priority, w.tokens, w.tenant, w.deadline)
+        left = self.time_left(w, now)
+        if wait is not None and forecast.misses(wait, left) and not self._admitted_at_once(w, now):
             raise QueueFull(
-                told(w.priority, may_queue=True),
-                reason="queue_forecast",
-                message="the gateway's queue would not admit this request within its deadline",
+                told(w.priority, may_queue=True, objective=w.objective),
+                reason="objective_forecast",
+                message=(
+                    f"the gateway's queue would not start this request within its objective"
+                    f" of {w.objective:g}s"
+                ),
             )
+
+    def time_left(self, waiter: Waiter, now: float) -> float:
+        """Seconds ``waiter`` may still wait and have its first token within
+        its objective: its deadline, less the time a first token takes
+        after admission (``first_token_lag``)."""
+        return waiter.deadline - self.first_token_lag - now
+
+    def first_token(self, seconds: float) -> None:
+        """An admitted stream's first token came ``seconds`` after its admission."""
+        if seconds >= 0:
+            self.first_token_lag += _LAG_WEIGHT * (seconds - self.first_token_lag)
 
     def _admitted_at_once(self, waiter: Waiter, now: float) -> bool:
         """Nothing the order admits before it waits, and an engine has room
@@ -274,7 +303,7 @@ class AdmissionPolicy:
         )
 
     def remove(self, waiter: Waiter) -> bool:
-        """Take a waiter out (its client left, or its deadline passed)."""
+        """Take a waiter out (its client left, or its objective passed)."""
         return self.queue.remove(waiter)
 
     def drain_queue(self) -> list[Waiter]:
@@ -283,7 +312,7 @@ class AdmissionPolicy:
 
     def pop_admissible(self, now: float) -> tuple[list[tuple[Waiter, Reservation]], list[Waiter]]:
         """Admit waiters in order while the head of the order fits some
-        engine. Waiters whose deadline has passed are taken out instead
+        engine. Waiters whose objective has passed are taken out instead
         (second list)."""
         admitted: list[tuple[Waiter, Reservation]] = []
         expired: list[Waiter] = []
@@ -300,7 +329,7 @@ class AdmissionPolicy:
         self, now: float, passed: set[Waiter] | None = None
     ) -> tuple["Decision | None", list[Waiter]]:
         """The next admission the order allows, not made yet (``commit``
-        makes it), and the waiters whose deadline passed (taken out).
+        makes it), and the waiters whose objective passed (taken out).
         ``passed``: the waiters this dispatch round found waiting for their
         prefix's engine (they hold their places; the next of their tenant's
         stand in for them), kept across the round's calls."""
@@ -310,7 +339,7 @@ class AdmissionPolicy:
         full_models: set[str] = set()
         passed = set() if passed is None else passed
         while (waiter := self.queue.head(skip=full_models, passed=passed)) is not None:
-            if waiter.deadline <= now:
+            if self.time_left(waiter, now) <= 0:
                 self.queue.remove(waiter)
                 expired.append(waiter)
                 continue
@@ -328,7 +357,7 @@ class AdmissionPolicy:
         # ``_may_take`` lets it: it waits while others can use that room,
         # never beside an idle engine.
         for waiter in sorted(passed, key=lambda w: (PRIORITIES.index(w.priority), w.arrival)):
-            placed = self._place(waiter, now) if waiter.deadline > now else None
+            placed = self._place(waiter, now) if self.time_left(waiter, now) > 0 else None
             if placed is not None and not isinstance(placed, Wait) and self._may_take(placed[0]):
                 passed.discard(waiter)
                 budget, choice = placed

@@ -27,7 +27,7 @@ monitor weighs against a health check that is late under load.
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -167,6 +167,7 @@ class EngineClient:
         stream: bool,
         timeout: float | None = None,
         content_type: str = "application/json",
+        extra_headers: Mapping[str, str] | None = None,
     ) -> EngineResponse:
         """Send a request and return once the engine's response headers are in.
 
@@ -177,6 +178,7 @@ class EngineClient:
         """
         post = self._http().post
         headers = {"content-type": content_type, "x-request-id": request_id}
+        headers.update(extra_headers or {})
         _TRACE_CONTEXT.inject(headers)
         limits = self._stream_timeout if stream else self._non_stream_timeout
         if timeout is not None:

@@ -9,12 +9,14 @@ keys:
     requests_per_minute: 600
     tokens_per_minute: 200000
     max_concurrent: 16
+    ttft_objective_ms: 2000
     shared_prefix_cache: false
     models: [tiny, "acme-*"]
 ```
 
 Only the key's hash is stored, never the key. Limits are optional (absent:
-unlimited); ``priorities`` defaults to ``[normal]``; ``models`` (absent:
+unlimited); ``priorities`` defaults to ``[normal]``; ``ttft_objective_ms``
+(absent: its class's) bounds the TTFT objective of the key's requests; ``models`` (absent:
 every model and adapter the engines serve) names what the key may call,
 each entry a name or a shell-style pattern (``acme-*``) — another tenant's
 LoRA adapter is then, to this key, a model that does not exist; ``shared_prefix_cache``
@@ -44,6 +46,9 @@ class KeyEntry(BaseModel):
     requests_per_minute: int | None = Field(None, ge=1)
     tokens_per_minute: int | None = Field(None, ge=1)
     max_concurrent: int | None = Field(None, ge=1)
+    # The loosest TTFT objective its requests get, milliseconds (None: their
+    # class's; a request's header may ask for a tighter one).
+    ttft_objective_ms: int | None = Field(None, ge=1)
     # Share the engine's prefix cache with every other key marked so (a
     # fleet-wide system prompt) instead of keeping it to the tenant.
     shared_prefix_cache: bool = False

@@ -8,6 +8,11 @@ header: ``normal`` if allowed, else the key's first). Without keys, the
 tenant comes from ``X-Tenant-Id`` (default ``anonymous``) and any priority
 may be asked for.
 
+A request may ask for a TTFT objective tighter than its class's
+(``x-slo-ttft-ms``, or llm-d's ``x-llm-d-slo-ttft-ms``: whole milliseconds);
+its key may bound it too (``ttft_objective_ms``). The tightest counts; a
+value that is not a positive whole number is a 400 naming its header.
+
 A request that presents its key twice is refused unless both say the
 same key: two ``Authorization`` headers whatever they say, two
 ``x-api-key`` headers, or an ``Authorization`` and an ``x-api-key`` that
@@ -33,6 +38,8 @@ from app.request.identity import (
 from app.request.owned_fields import CacheScope
 
 _BEARER = "bearer "
+# The headers a request asks for its TTFT objective in, whole milliseconds.
+OBJECTIVE_HEADERS = ("x-slo-ttft-ms", "x-llm-d-slo-ttft-ms")
 
 
 def identify(headers: Headers, ring: KeyRing | None) -> tuple[Identity, KeyEntry | None]:
@@ -46,7 +53,7 @@ def identify(headers: Headers, ring: KeyRing | None) -> tuple[Identity, KeyEntry
             raise InvalidRequest(
                 "X-Tenant-Id: 1 to 64 letters, digits or ._:@-", param="X-Tenant-Id"
             )
-        return Identity(tenant, priority), None
+        return Identity(tenant, priority, objective=asked_objective(headers)), None
     entry = authenticate(headers, ring)
     if asked is None:
         priority = DEFAULT_PRIORITY if DEFAULT_PRIORITY in entry.priorities else entry.priorities[0]
@@ -58,7 +65,31 @@ def identify(headers: Headers, ring: KeyRing | None) -> tuple[Identity, KeyEntry
             key_id=entry.id,
             param="X-Priority",
         )
-    return Identity(entry.tenant, priority, entry.id), entry
+    objective = tightest(asked_objective(headers), entry.ttft_objective_ms)
+    return Identity(entry.tenant, priority, entry.id, objective), entry
+
+
+def asked_objective(headers: Headers) -> float | None:
+    """The tightest TTFT objective the headers ask for, seconds (None: none)."""
+    asked: float | None = None
+    for name in OBJECTIVE_HEADERS:
+        for value in headers.getlist(name):
+            text = value.strip()
+            if not text.isdigit() or int(text) <= 0:
+                raise InvalidRequest(
+                    f"{name}: a whole number of milliseconds above 0, not {value[:32]!r}",
+                    param=name,
+                )
+            asked = tightest(asked, int(text))
+    return asked
+
+
+def tightest(seconds: float | None, milliseconds: int | None) -> float | None:
+    """The tighter of an objective in seconds and one in milliseconds."""
+    if milliseconds is None:
+        return seconds
+    given = milliseconds / 1000
+    return given if seconds is None else min(seconds, given)
 
 
 def authenticate(headers: Headers, ring: KeyRing) -> KeyEntry:

@@ -14,8 +14,10 @@ route's API (OpenAI's, or Anthropic's on the Messages routes).
 waits it out is never early. Where a refusal's state says when the request
 would pass, the value is computed from it:
 
-- ``over_capacity`` (429: the queue full, a predicted wait past the deadline,
-  or the deadline passed in the queue): the admission policy's prediction —
+- ``over_capacity`` (429: the queue full, a predicted wait past the
+  request's objective, or its objective passed in the queue) and ``evicted``
+  (429: a running request stopped for a higher class): the admission
+  policy's prediction —
   when what the fair order admits before the request will have been
   admitted, plus its own tokens, at the queue's measured drain rate (before
   a rate is measured, the fleet is assumed to turn its KV cache over every
@@ -64,8 +66,9 @@ REJECTION_REASONS = (
     "forbidden",
     "rate_limited",
     "queue_full",
-    "queue_forecast",
-    "queue_timeout",
+    "objective_forecast",
+    "objective_expired",
+    "evicted",
     "overloaded",
     "unavailable",
     "draining",
@@ -240,7 +243,8 @@ class RateLimited(GatewayError):
 
 
 class OverCapacity(GatewayError):
-    """Admission refused: the queue is full or the request's deadline passed."""
+    """Admission refused: the queue is full, or the request's objective would
+    be missed (forecast at arrival) or passed while it waited."""
 
     status = 429
     type = "rate_limit_error"
@@ -250,6 +254,18 @@ class OverCapacity(GatewayError):
     def __init__(self, message: str, *, reason: str, retry_after: float) -> None:
         super().__init__(message, retry_after=retry_after)
         self.reason = reason
+
+
+class Evicted(GatewayError):
+    """A running request of a sheddable class, stopped to make room for a
+    higher class that would otherwise miss its objective; it is charged
+    what it used and told when to come back."""
+
+    status = 429
+    type = "rate_limit_error"
+    code = "evicted"
+    outcome = "rejected"
+    reason = "evicted"
 
 
 class Overloaded(GatewayError):

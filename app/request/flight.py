@@ -239,6 +239,7 @@ class Flight:
                     record.engine_request_id,
                     stream=job.stream,
                     content_type=job.upstream_type,
+                    extra_headers=job.engine_headers,
                 )
             if job.stream:
                 # How long before its end it hands its place on: what the

@@ -29,3 +29,6 @@ class Identity:
     tenant: str
     priority: Priority
     key_id: str | None = None
+    # The TTFT objective its key and its headers ask for, seconds (None:
+    # its class's; admission takes the tightest of the three).
+    objective: float | None = None

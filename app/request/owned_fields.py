@@ -32,8 +32,10 @@ OWNED_FIELDS: dict[str, Rule] = {
     # vLLM's own scheduling priority (under --scheduling-policy priority,
     # lower runs first): a client could jump the engine's queue past the
     # gateway's priority classes, which come from the key and X-Priority and
-    # which admission enforces.
-    "priority": "stripped",
+    # which admission enforces. The gateway sets its class's where the
+    # engines order by priority and the route reads it from the body
+    # (``app.admission.classes``; the other routes carry it in a header).
+    "priority": "set",
     # The engine's request id is the gateway's (``engine_request_id``, sent
     # as X-Request-Id): it aborts, logs and charges by it. vLLM 0.32 takes
     # the header over this field (``_base_request_id``) on every route but
@@ -131,12 +133,14 @@ def owned_body(
     *,
     salted: bool = True,
     request_id: str | None = None,
+    priority: int | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The client's body with the owned fields stripped or set, and the salt
     it carries to the engine. ``scope`` None: the gateway does not decide the
     salt (no keys, or isolation off), the client's goes as sent. ``salted``
     False: the route takes no salt (embeddings). ``request_id``: the id the
-    engine is to give the request (the Responses API's response id)."""
+    engine is to give the request (the Responses API's response id).
+    ``priority``: the engine's scheduling priority to set (None: none)."""
     sent = client_salt(body)
     salt = None if not salted else sent if scope is None else salt_for(scope, sent)
     owned = {name: value for name, value in body.items() if name not in OWNED_FIELDS}
@@ -149,6 +153,8 @@ def owned_body(
         raise InvalidRequest("vllm_xargs: must be an object", param="vllm_xargs")
     if request_id is not None:
         owned["request_id"] = request_id
+    if priority is not None:
+        owned["priority"] = priority
     if salt is not None:
         owned[SALT] = salt
     return owned, salt

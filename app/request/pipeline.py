@@ -49,7 +49,8 @@ async def serve_completion(request: Request, route: Route, services: Services, s
         # A stream whose tokens count against the key's limit asks the engine
         # for its usage in every chunk, to pay exactly what it generated.
         charged = bool(key and services.quota and key.tokens_per_minute is not None)
-        job = await _receive(request, route, record, services, scope, charged, key)
+        priority = _engine_priority(services, identity)
+        job = await _receive(request, route, record, services, scope, charged, key, priority)
         pinned = None
         if job.previous_response_id is not None:
             held = await services.responses.locate(
@@ -94,6 +95,7 @@ async def _receive(
     cache_scope: CacheScope | None,
     exact_usage: bool,
     key: KeyEntry | None,
+    engine_priority: int | None,
 ) -> CompletionJob:
     """The request's body, read and checked (bounded: see ``Receiving``),
     salted for ``cache_scope``, its prompts counted. A model the key may not
@@ -128,11 +130,20 @@ async def _receive(
             cache_scope,
             exact_usage=per_chunk,
             request_id=record.engine_request_id,
+            engine_priority=engine_priority,
         )
         if _count_decides(settings, exact_usage, services.router.reads_prompts):
             job = await services.counter.count(job, body, record.engine_request_id)
     record.checked(job.model, job.stream)
     return job
+
+
+def _engine_priority(services: Services, identity: Identity) -> int | None:
+    """The scheduling priority the request runs at in the engine: its
+    class's, where the engines order by priority (None: they do not)."""
+    if services.settings.engine_scheduling != "priority":
+        return None
+    return services.classes[identity.priority].engine_priority
 
 
 async def _model_table(

@@ -26,7 +26,16 @@ from app.bodies.responses import parse_responses
 from app.bodies.scoring import parse_rerank, parse_score
 from app.request.errors import ErrorShape
 
-__all__ = ["ROUTES", "ApiRoute", "BodyFormat", "Route", "StreamKind", "UsageNames", "route_at"]
+__all__ = [
+    "ROUTES",
+    "ApiRoute",
+    "BodyFormat",
+    "PriorityCarrier",
+    "Route",
+    "StreamKind",
+    "UsageNames",
+    "route_at",
+]
 
 # The admitted routes' names (the metrics' ``route`` label).
 Route = Literal[
@@ -58,6 +67,10 @@ CountedAs = Literal["text", "chat", "chats", "converted_chat", "never"]
 # How its body comes: a JSON object, or a multipart form with a file
 # (``app.bodies.forms``), read within ``GATEWAY_MAX_UPLOAD_BYTES``.
 BodyFormat = Literal["json", "form"]
+# Where vLLM 0.32 reads a request's scheduling priority on the route: the
+# ``X-Vllm-Priority`` header (it wins over the body), the body's ``priority``
+# (the routes that read no header), or nowhere (the audio routes).
+PriorityCarrier = Literal["header", "body", "none"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,8 @@ class ApiRoute:
     stored: bool
     # The shape its clients read errors in (``app.request.error_responses``).
     errors: ErrorShape
+    # Where the request's class priority goes to the engine.
+    priority: PriorityCarrier
 
 
 def _audio_route(name: Literal["transcriptions", "translations"]) -> ApiRoute:
@@ -125,6 +140,7 @@ def _audio_route(name: Literal["transcriptions", "translations"]) -> ApiRoute:
         salted=False,
         stored=False,
         errors="openai",
+        priority="none",
     )
 
 
@@ -144,6 +160,7 @@ _TABLE = (
         salted=True,
         stored=False,
         errors="openai",
+        priority="header",
     ),
     ApiRoute(
         name="batch_chat",
@@ -160,6 +177,7 @@ _TABLE = (
         salted=True,
         stored=False,
         errors="openai",
+        priority="body",
     ),
     ApiRoute(
         name="completions",
@@ -176,6 +194,7 @@ _TABLE = (
         salted=True,
         stored=False,
         errors="openai",
+        priority="header",
     ),
     ApiRoute(
         name="responses",
@@ -192,6 +211,7 @@ _TABLE = (
         salted=True,
         stored=True,
         errors="openai",
+        priority="header",
     ),
     ApiRoute(
         name="messages",
@@ -213,6 +233,7 @@ _TABLE = (
         salted=True,
         stored=False,
         errors="anthropic",
+        priority="header",
     ),
     _audio_route("transcriptions"),
     _audio_route("translations"),
@@ -231,6 +252,7 @@ _TABLE = (
         salted=False,
         stored=False,
         errors="openai",
+        priority="body",
     ),
     ApiRoute(
         name="classify",
@@ -247,6 +269,7 @@ _TABLE = (
         salted=False,
         stored=False,
         errors="openai",
+        priority="body",
     ),
     ApiRoute(
         name="score",
@@ -263,6 +286,7 @@ _TABLE = (
         salted=False,
         stored=False,
         errors="openai",
+        priority="body",
     ),
     ApiRoute(
         name="rerank",
@@ -279,6 +303,7 @@ _TABLE = (
         salted=False,
         stored=False,
         errors="openai",
+        priority="body",
     ),
     ApiRoute(
         name="embeddings",
@@ -295,6 +320,7 @@ _TABLE = (
         salted=False,
         stored=False,
         errors="openai",
+        priority="body",
     ),
 )
 

@@ -12,7 +12,7 @@ validate (but for the fields that are the gateway's: ``app.request.owned_fields`
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -31,6 +31,9 @@ from app.request.errors import (
 )
 from app.request.owned_fields import CacheScope, owned_body
 from app.request.routes import ROUTES, Route
+
+# Where vLLM reads a request's scheduling priority before its body's.
+PRIORITY_HEADER = "X-Vllm-Priority"
 
 __all__ = [
     "CompletionJob",
@@ -85,6 +88,8 @@ class CompletionJob:
     history_tokens: int = 0
     # The media type of ``upstream_body`` (a form's names its boundary).
     upstream_type: str = "application/json"
+    # Headers for the engine beside the body (its scheduling priority).
+    engine_headers: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def sequences(self) -> int:
@@ -173,12 +178,15 @@ def check_request(
     *,
     exact_usage: bool = False,
     request_id: str | None = None,
+    engine_priority: int | None = None,
 ) -> CompletionJob:
     """Validate ``body`` against the route and the engines' models (name to
     ``max_model_len``); ``cache_scope`` is whose prefix cache it may share,
     when the gateway decides it. ``exact_usage``: a stream whose every chunk
     must say what it has used so far (its tokens are charged to a key).
-    ``request_id``: the gateway's id of the request (a response's id)."""
+    ``request_id``: the gateway's id of the request (a response's id).
+    ``engine_priority``: the scheduling priority the engine is to run it at
+    (None: the engines order by arrival), carried where the route says."""
     api = ROUTES[route]
     parsed = api.parse(body)
     if parsed.model not in models:
@@ -215,7 +223,10 @@ def check_request(
     if max_model_len is not None:
         _check_token_ids_fit(prompts, max_tokens, max_model_len, parsed.generates)
     response_id = f"resp_{request_id}" if api.stored and request_id else None
-    upstream, salt = owned_body(body, cache_scope, salted=api.salted, request_id=response_id)
+    in_body = engine_priority if api.priority == "body" else None
+    upstream, salt = owned_body(
+        body, cache_scope, salted=api.salted, request_id=response_id, priority=in_body
+    )
     # A stream of OpenAI's chunks can carry usage: the final chunk's, each chunk's.
     chunked = parsed.stream and api.stream == "chunks"
     form = api.body == "form"
@@ -241,6 +252,11 @@ def check_request(
         tokenize_body=parsed.tokenize_body,
         response_id=response_id,
         previous_response_id=parsed.previous_response_id,
+        engine_headers=(
+            {PRIORITY_HEADER: str(engine_priority)}
+            if engine_priority is not None and api.priority == "header"
+            else {}
+        ),
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.admission.base import Admission, Unlimited
+from app.admission.classes import ClassTable, classes_of
 from app.admission.controller import AdmissionController
 from app.admission.estimate import PromptTokenEstimator
 from app.engine.client import EngineClient
@@ -46,6 +47,8 @@ class Services:
     admission: Admission
     # Where admission sends a request (its filters, scorers and pick).
     router: Router
+    # The service classes (rank, objective, sheddable, the engine's priority).
+    classes: ClassTable
     receiving: Receiving
     # Engine calls under way (a request behind a queue lets them go first).
     transit: Transit
@@ -120,6 +123,7 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         drain=drain,
         admission=admission,
         router=router,
+        classes=classes_of(settings),
         receiving=Receiving(
             settings.max_receiving, metrics.receiving, settings.retry_after_unavailable
         ),

@@ -10,6 +10,7 @@ set -eu
 : "${ENGINE_HOST:=127.0.0.1}"
 : "${ENGINE_PORT:=8001}"
 : "${ENGINE_MAX_MODEL_LEN:=2048}"
+: "${ENGINE_SCHEDULING_POLICY:=priority}"
 # Without it the CPU backend tries to reserve most of the machine's memory.
 : "${VLLM_CPU_KVCACHE_SPACE:=1}"
 export VLLM_CPU_KVCACHE_SPACE
@@ -21,7 +22,16 @@ set -- \
   --host "$ENGINE_HOST" \
   --port "$ENGINE_PORT" \
   --max-model-len "$ENGINE_MAX_MODEL_LEN" \
-  --uvicorn-log-level warning
+  --uvicorn-log-level warning \
+  --scheduling-policy "$ENGINE_SCHEDULING_POLICY"
+# The engine orders its queue by each request's priority, which the gateway
+# sets from its class (GATEWAY_ENGINE_SCHEDULING=priority); fcfs: by arrival.
+# Each answer's final usage carries the engine's own figures for the request
+# (its queue time, its time to first token): ENGINE_PER_REQUEST_METRICS=0
+# leaves them out.
+if [ "${ENGINE_PER_REQUEST_METRICS:-1}" != 0 ]; then
+  set -- "$@" --enable-per-request-metrics
+fi
 if [ -n "${ENGINE_KV_BLOCKS:-}" ]; then
   set -- "$@" --num-gpu-blocks-override "$ENGINE_KV_BLOCKS"
 fi

@@ -67,7 +67,7 @@ def test_a_request_the_order_admits_at_once_is_not_refused_for_a_predicted_wait(
     assert p.forecast.rate() == pytest.approx(100, rel=0.05)
     with pytest.raises(QueueFull) as refused:
         add(p, waiter(tokens=400, at=3))
-    assert refused.value.reason == "queue_forecast"
+    assert refused.value.reason == "objective_forecast"
     assert refused.value.retry_after == pytest.approx(3.0)
     p.release(running[1])
     assert admit(p, now=4) == []
@@ -221,10 +221,14 @@ class Streams:
         self._low, self._high = low, high
         self._ends: list[tuple[float, int, Reservation]] = []
         self._order = itertools.count()
+        self.expired = 0
 
     def admit(self, now: float) -> None:
-        """Admit what the policy admits now; each starts its stream."""
-        for _, reservation in admit_all(self._p, now):
+        """Admit what the policy admits now; each starts its stream. Those
+        whose objective passed in the queue are counted in ``expired``."""
+        admitted, expired = self._p.pop_admissible(now)
+        self.expired += len(expired)
+        for _, reservation in admitted:
             end = now + self._durations.uniform(self._low, self._high)
             heapq.heappush(self._ends, (end, next(self._order), reservation))
 
@@ -303,7 +307,10 @@ def test_a_queue_at_the_deadlines_edge_is_not_refused_for_its_forecast() -> None
     now = 0.0
     while now < 40.0:
         now = round(now + 0.05, 2)
-        sending, retries = len(streams.end(now)) + retries, 0
+        expired = streams.expired
+        ended = len(streams.end(now))
+        # A user whose objective passed in the queue is back at once too.
+        sending, retries = ended + streams.expired - expired + retries, 0
         for _ in range(sending):
             if not user_sends(now + 0.002):
                 refusals += 1

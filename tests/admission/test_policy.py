@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.admission.budget import BudgetConfig
+from app.admission.classes import default_table
 from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
 from app.engine.view import FixedView
 from app.routing.block_index import BlockIndex, PromptBlocks
@@ -21,7 +22,9 @@ def policy(
 ) -> AdmissionPolicy:
     budget_fields = set(BudgetConfig.__dataclass_fields__)
     budget = BudgetConfig(**{k: v for k, v in config.items() if k in budget_fields})  # type: ignore[arg-type]
-    rest = {k: v for k, v in config.items() if k not in budget_fields}
+    rest: dict[str, object] = {k: v for k, v in config.items() if k not in budget_fields}
+    # Every class promises the queue's deadline, as the settings' defaults do.
+    rest.setdefault("classes", default_table(float(config.get("max_wait", 30.0))))
     p = AdmissionPolicy(PolicyConfig(budget=budget, **rest))  # type: ignore[arg-type]
     for i in range(engines):
         e = p.add_engine(FixedView(f"e{i}", routable=True, models=frozenset({"m"})))
@@ -44,10 +47,15 @@ def waiter(
     at: float = 0.0,
     **fields: object,
 ) -> Waiter:
-    return Waiter(tenant, priority, tokens, arrival=at, deadline=at + 30, model="m", **fields)  # type: ignore[arg-type]
+    return Waiter(tenant, priority, tokens, arrival=at, model="m", **fields)  # type: ignore[arg-type]
 
 
 def add(p: AdmissionPolicy, w: Waiter) -> Waiter:
+    """Queue ``w``, promised its class's objective unless it has its own
+    (as the controller does)."""
+    if math.isinf(w.objective):
+        w.objective = p.config.classes[w.priority].objective
+        w.deadline = w.arrival + w.objective
     p.enqueue(w, now=w.arrival)
     return w
 
@@ -384,7 +392,7 @@ def test_a_request_that_would_outwait_its_deadline_is_refused_at_once() -> None:
     add(p, waiter(tokens=100, at=6))  # ~3 s to wait: fine
     with pytest.raises(QueueFull) as refused:
         add(p, waiter(tokens=200, at=6))  # ~5 s: longer than the deadline
-    assert refused.value.reason == "queue_forecast"
+    assert refused.value.reason == "objective_forecast"
     assert refused.value.retry_after <= 4.0
     # A high-priority request only waits behind high-priority work.
     add(p, waiter(tokens=200, priority="high", at=6))
@@ -416,7 +424,7 @@ def test_a_wait_past_the_deadline_is_refused_early_and_told_at_most_the_deadline
     for tenant, priority, tokens in (("busy", "normal", 500), ("other", "low", 600)):
         with pytest.raises(QueueFull) as refused:
             add(p, waiter(tenant, priority, tokens, at=60))
-        assert refused.value.reason == "queue_forecast"
+        assert refused.value.reason == "objective_forecast"
         assert 1.0 <= refused.value.retry_after <= 4.0
 
 
@@ -433,7 +441,7 @@ def test_a_wait_only_just_past_the_deadline_is_queued_not_refused() -> None:
     steady_slow_backlog(p, seconds=60, queued=2)
     with pytest.raises(QueueFull) as refused:
         add(p, waiter("busy", tokens=330, at=60))  # (200 + 330) / 100: 5.3 s
-    assert refused.value.reason == "queue_forecast"
+    assert refused.value.reason == "objective_forecast"
 
 
 def test_a_client_refused_for_its_wait_is_told_to_come_back_while_it_can_queue() -> None:

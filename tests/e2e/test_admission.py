@@ -116,7 +116,7 @@ async def test_a_full_queue_and_a_passed_deadline_get_429_with_retry_after(
     assert "waited" in timed_out.json()["error"]["message"]
     assert int(timed_out.headers["retry-after"]) >= 1
     assert gateway.metric("gateway_rejections_total", reason="queue_full") == 1
-    assert gateway.metric("gateway_rejections_total", reason="queue_timeout") == 1
+    assert gateway.metric("gateway_rejections_total", reason="objective_expired") == 1
 
 
 async def test_draining_turns_queued_requests_away(

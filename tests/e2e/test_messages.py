@@ -180,7 +180,7 @@ async def test_a_refusal_is_retried_by_the_sdk_after_its_retry_after(
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
 
     def refused() -> float:
-        return gateway.metric("gateway_rejections_total", reason="queue_timeout")
+        return gateway.metric("gateway_rejections_total", reason="objective_expired")
 
     async with (
         httpx.AsyncClient(base_url=gateway.url, timeout=60) as http,

@@ -263,7 +263,7 @@ def test_the_load_made_every_label_value_the_panels_break_out(
         "forbidden",
         "rate_limited",
         "queue_full",
-        "queue_timeout",
+        "objective_expired",
         "unavailable",
         "overloaded",
         "draining",

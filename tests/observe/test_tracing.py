@@ -165,9 +165,9 @@ async def test_a_request_refused_in_the_queue_has_spans_that_say_so(
     (queue,) = [span for span in named(spans, "queue") if parent_id(span) == server.context.span_id]
     assert queue.attributes is not None
     assert queue.attributes["gateway.queue.outcome"] == "refused"
-    assert queue.attributes["gateway.reason"] == "queue_timeout"
+    assert queue.attributes["gateway.reason"] == "objective_expired"
     told = dict(server.attributes or {})
-    assert (told["gateway.outcome"], told["gateway.reason"]) == ("rejected", "queue_timeout")
+    assert (told["gateway.outcome"], told["gateway.reason"]) == ("rejected", "objective_expired")
     assert told["http.response.status_code"] == 429
     assert told["gateway.retry_after_s"] == pytest.approx(float(refused.headers["retry-after"]))
     assert not [

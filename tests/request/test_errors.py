@@ -67,8 +67,9 @@ def test_every_rejection_reason_has_its_series_from_the_start() -> None:
     # Set per instance: capacity's three reasons, an engine's own 4xx.
     rejected |= {
         "queue_full",
-        "queue_forecast",
-        "queue_timeout",
+        "objective_forecast",
+        "objective_expired",
+        "evicted",
         EngineStatusError(400, b"").reason,
     }
     assert rejected == set(REJECTION_REASONS)

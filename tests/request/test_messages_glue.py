@@ -172,7 +172,7 @@ async def test_a_capacity_refusal_is_an_overloaded_error_with_retry_after() -> N
         assert refused.status == 429
         assert int(refused.headers["retry-after"]) >= 1
         assert anthropic_error(refused.body)["type"] == "overloaded_error"
-        assert gateway.metric("gateway_rejections_total", reason="queue_timeout") == 1
+        assert gateway.metric("gateway_rejections_total", reason="objective_expired") == 1
         call.answer(200, {"usage": {"input_tokens": 1, "output_tokens": 1}})
         await holder.done()
 

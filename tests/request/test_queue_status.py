@@ -65,7 +65,7 @@ async def test_refused_after_the_head_the_error_event_carries_the_wait() -> None
         assert error["code"] == "over_capacity"
         assert isinstance(error["retry_after"], int)
         assert error["retry_after"] >= 1
-        assert gateway.metric("gateway_rejections_total", reason="queue_timeout") == 1
+        assert gateway.metric("gateway_rejections_total", reason="objective_expired") == 1
         held.send(DONE)
         held.end()
         await holder.done()
