@@ -211,6 +211,12 @@ class Settings(BaseSettings):
     # Overcommit of the KV budget: where it starts and how far it may grow.
     overcommit_initial: float = Field(1.0, ge=0.5)
     overcommit_max: float = Field(4.0, ge=1.0)
+    # What preemption may cost: the share of an engine's generated tokens it
+    # may compute again after preemptions (recompute, estimated from its
+    # preemptions and KV use: app/admission/recompute.py). The overcommit
+    # grows while the engine stays within it and backs off past it; 0: no
+    # preemption at all (for engines whose recompute is dear).
+    preemption_budget: float = Field(0.0, ge=0)
 
     # How prompts are counted for reservations and key limits
     # (app/tokens): the engine's /tokenize, the model's tokenizer files in

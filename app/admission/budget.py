@@ -13,9 +13,11 @@ from typing import Any
 
 from app.admission.fairqueue import Waiter
 from app.admission.pace import Life, Open, PacedStarts, worst
+from app.admission.recompute import EngineReading, RecomputeWindow
 from app.admission.refill import RefillLead
 from app.admission.sequence_cap import LearnedCap
 from app.engine.view import EngineView, FixedView, adapters_of
+from app.request.identity import PRIORITIES
 from app.routing.base import Choice, EngineLoad
 from app.settings import default
 
@@ -35,9 +37,16 @@ class BudgetConfig:
     max_lead: int = default("refill_lead_max")
     # Pace starts where the KV cache binds (``app.admission.pace``).
     paced_starts: bool = default("paced_starts")
+    # The engine orders by priority and preempts the least important first
+    # when its blocks run out: a request is then held back only by the
+    # blocks its own class and those above hold, not by lower classes'.
+    by_priority: bool = False
     min_factor: float = 0.9
     max_factor: float = default("overcommit_max")
     initial_factor: float = default("overcommit_initial")
+    # The share of what the engine generates it may compute again after
+    # preemptions (an estimate, ``app.admission.recompute``); 0: none.
+    preemption_budget: float = default("preemption_budget")
     backoff: float = 0.8
     step: float = 0.2
     headroom: float = 0.85
@@ -65,6 +74,8 @@ class Reservation:
     paced: Open | None = None
     # When it was admitted (the policy's clock).
     admitted_at: float = 0.0
+    # Its class's rank (0 first).
+    rank: int = 0
 
 
 class EngineBudget:
@@ -77,8 +88,9 @@ class EngineBudget:
         self.num_blocks: int | None = None
         self.block_size: int | None = None
         self.factor = config.initial_factor
-        # What this gateway holds on the engine...
+        # What this gateway holds on the engine (and of it, by class rank)...
         self.reserved_blocks = 0
+        self.reserved_by_rank = [0] * len(PRIORITIES)
         self.in_flight = 0
         self.running_sequences = 0
         # ...and what other gateway replicas hold (shared state; 0 alone).
@@ -96,7 +108,8 @@ class EngineBudget:
         # LoRA adapters of the requests admitted here, with how many use
         # each: routing sees them before the engine's next report does.
         self.adapters: dict[str, int] = {}
-        self._last_preemptions: float | None = None
+        # What preemption costs it (``app.admission.recompute``).
+        self.recompute = RecomputeWindow()
         self._calm_ticks = 0
         self._hold = 0
         self.refill = RefillLead(config.max_lead)
@@ -231,7 +244,15 @@ class EngineBudget:
             paced = self.pace.fits(lives, budget, self.block_size or 1, now)
             if paced is not None:
                 return paced
-        return self.reserved_blocks + self.others_blocks + blocks <= budget
+        return self.holding_for(waiter) + self.others_blocks + blocks <= budget
+
+    def holding_for(self, waiter: Waiter) -> int:
+        """The blocks held here that stand in ``waiter``'s way: all of them,
+        or where the engine orders by priority, those of its class and the
+        classes above (the engine preempts the others to make room)."""
+        if not self.config.by_priority:
+            return self.reserved_blocks
+        return sum(self.reserved_by_rank[: waiter.rank + 1])
 
     def paces(self, lives: tuple[Life, ...], budget: int) -> bool:
         """Whether requests of ``lives`` start paced here: the cache, not
@@ -248,6 +269,7 @@ class EngineBudget:
         self.in_flight += 1
         self.running_sequences += sequences
         self.reserved_blocks += blocks
+        self.reserved_by_rank[waiter.rank] += blocks
         pieces = tuple(piece for piece, _ in waiter.prefix) if self.config.prefix_aware else ()
         for piece in pieces:
             self.prefixes[piece] = self.prefixes.get(piece, 0) + 1
@@ -262,6 +284,7 @@ class EngineBudget:
             prefix=pieces,
             adapter=adapter,
             admitted_at=now,
+            rank=waiter.rank,
         )
         self.refill.intake.admitted(now)
         budget, lives = self.budget_blocks, waiter.lives()
@@ -282,6 +305,7 @@ class EngineBudget:
         if not reservation.handed_on:
             self.running_sequences -= reservation.sequences
         self.reserved_blocks -= reservation.blocks
+        self.reserved_by_rank[reservation.rank] -= reservation.blocks
         for piece in reservation.prefix:
             held = self.prefixes.get(piece, 0) - 1
             if held > 0:
@@ -316,30 +340,42 @@ class EngineBudget:
         """Preemptions and KV usage cannot be seen: overcommit cannot be
         adapted safely, so the budget stays at its floor."""
         self.factor = self.config.min_factor
-        self._last_preemptions = None
+        self.recompute = RecomputeWindow()
         self._calm_ticks = 0
 
-    def observe(
-        self, preemptions_total: float, kv_usage: float, queued: bool, ceiling: float
-    ) -> None:
+    def observe(self, reading: EngineReading, queued: bool, ceiling: float) -> None:
         """One tick of the engine's facts (about once a second): AIMD on the
-        overcommit factor, never above ``ceiling`` (lowered to it at once
-        when what completed requests justify falls)."""
-        config = self.config
-        last, self._last_preemptions = self._last_preemptions, preemptions_total
-        if last is not None and preemptions_total > last:
+        overcommit factor. With no preemption budget, any preemption backs
+        off and the factor never goes above ``ceiling`` (what completed
+        requests justify; lowered to it at once when that falls). With one,
+        the factor backs off when the work recomputed over the last readings
+        passes the budget's share of what the engine generated, and may
+        open up to ``max_factor`` while it stays well within it."""
+        config, window = self.config, self.recompute
+        window.observe(reading)
+        allowed = config.preemption_budget
+        share = window.share()
+        over = window.last_preempted if allowed <= 0 else share is not None and share > allowed
+        if over:
             self.factor = max(config.min_factor, self.factor * config.backoff)
             self._hold = config.hold_after_backoff
             self._calm_ticks = 0
+            window.restart()
             return
-        self.factor = max(config.min_factor, min(ceiling, self.factor))
+        top = ceiling if allowed <= 0 else config.max_factor
+        self.factor = max(config.min_factor, min(top, self.factor))
         if self._hold > 0:
             self._hold -= 1
             return
-        self._calm_ticks = self._calm_ticks + 1 if queued and kv_usage < config.headroom else 0
+        # Room to open up: the cache not yet full, or (with a budget) the
+        # recomputed share well within it.
+        roomy = reading.kv_usage < config.headroom or (
+            allowed > 0 and (share is None or share < allowed / 2)
+        )
+        self._calm_ticks = self._calm_ticks + 1 if queued and roomy else 0
         if self._calm_ticks >= config.patience:
             self._calm_ticks = 0
-            self.factor = max(config.min_factor, min(ceiling, self.factor + config.step))
+            self.factor = max(config.min_factor, min(top, self.factor + config.step))
 
     def observe_queue(
         self, running: float, waiting: float, kv_usage: float, queued: bool = False

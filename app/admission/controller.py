@@ -31,6 +31,7 @@ from app.admission.policy import (
     Waiter,
 )
 from app.admission.publish import AdmissionMetrics
+from app.admission.recompute import EngineReading
 from app.admission.refill import HandingOn
 from app.admission.shared import SharedBudgets
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
@@ -59,10 +60,12 @@ class AdmissionController:
             # Paced starts need every start on the engine in sight: with
             # shared state, the other replicas' are not.
             paced_starts=settings.paced_starts and fleet is None,
+            by_priority=settings.engine_scheduling == "priority",
             prefix_aware=settings.prefix_aware_demand,
             unknown_capacity_sequences=settings.fallback_max_sequences,
             initial_factor=settings.overcommit_initial,
             max_factor=settings.overcommit_max,
+            preemption_budget=settings.preemption_budget,
         )
         self.policy = AdmissionPolicy(
             PolicyConfig(
@@ -246,7 +249,14 @@ class AdmissionController:
             # Blind to preemptions and KV usage: no overcommit to adapt.
             budget.hold_at_floor()
         else:
-            self.policy.observe_engine(engine, stats.preemptions_total, stats.kv_usage)
+            reading = EngineReading(
+                preemptions_total=stats.preemptions_total,
+                generated_total=stats.generated_total,
+                kv_usage=stats.kv_usage,
+                capacity_tokens=budget.capacity_tokens,
+                running=stats.running,
+            )
+            self.policy.observe_engine(engine, reading)
             if stats.counts_seen:
                 queued = self.policy.queued > 0
                 # Requests waiting for a LoRA slot say nothing of the

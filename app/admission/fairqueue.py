@@ -59,6 +59,11 @@ class Waiter:
     # holds the most of its prompt (``app.routing.prefix``).
     waited_for: str | None = None
 
+    @property
+    def rank(self) -> int:
+        """Its class's place in the order (0 first)."""
+        return PRIORITIES.index(self.priority)
+
     def lives(self) -> tuple[Life, ...]:
         """Each sequence's prompt and most output (none without ``output``)."""
         output = self.output

@@ -119,6 +119,7 @@ from typing import Literal
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.classes import ClassTable, default_table
+from app.admission.recompute import EngineReading
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
 from app.admission.pace import Progress
@@ -499,11 +500,9 @@ class AdmissionPolicy:
         ratio = self._reserved_done / self._peak_done
         return max(budget.min_factor, min(budget.max_factor, ratio))
 
-    def observe_engine(self, engine: str, preemptions_total: float, kv_usage: float) -> None:
+    def observe_engine(self, engine: str, reading: EngineReading) -> None:
         """One tick of an engine's facts (about once a second)."""
-        self.engine(engine).observe(
-            preemptions_total, kv_usage, self.queued > 0, self.overcommit_ceiling()
-        )
+        self.engine(engine).observe(reading, self.queued > 0, self.overcommit_ceiling())
 
     # --- telling clients when to come back ----------------------------------
 

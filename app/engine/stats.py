@@ -18,13 +18,15 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
+# What preemption costs is weighed against what the engine generates.
+GENERATED = "vllm:generation_tokens_total"
 # Its waiting requests by why they wait: "capacity" (no room: the sequence
 # cap, the KV cache) or "deferred" (a LoRA slot, a KV transfer).
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
 LORA_INFO = "vllm:lora_requests_info"
 # What admission's capacity model cannot do without.
 REQUIRED = (CACHE_CONFIG, PREEMPTIONS, KV_USAGE)
-_READ = (*REQUIRED, RUNNING, WAITING, WAITING_BY_REASON, LORA_INFO)
+_READ = (*REQUIRED, RUNNING, WAITING, WAITING_BY_REASON, LORA_INFO, GENERATED)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class EngineStats:
     # says the engine runs all it may. All of them where the engine does
     # not say why they wait.
     waiting_for_room: float | None = None
+    # Tokens it has generated since it started (None: it does not say).
+    generated_total: float | None = None
 
     @property
     def waiting_for_capacity(self) -> float:
@@ -95,6 +99,7 @@ def parse_engine_stats(text: str) -> EngineStats:
             if present(samples, WAITING_BY_REASON)
             else None
         ),
+        generated_total=total(samples, GENERATED) if present(samples, GENERATED) else None,
     )
 
 

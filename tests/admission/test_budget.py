@@ -7,9 +7,16 @@ import pytest
 from app.admission.budget import BudgetConfig, EngineBudget
 from app.admission.estimate import PromptTokenEstimator
 from app.admission.fairqueue import Waiter
+from app.admission.recompute import EngineReading
 from app.engine.view import FixedView
 from app.request.validation import Limits, check_request
 from app.routing.prefix_key import prompt_keys
+
+
+def reading(
+    preemptions: float, kv_usage: float, generated: float | None = None, running: float = 1
+) -> EngineReading:
+    return EngineReading(preemptions, generated, kv_usage, 10_000, running)
 
 
 def budget(blocks: int | None = 10, block_size: int = 100, **config: float) -> EngineBudget:
@@ -21,8 +28,13 @@ def budget(blocks: int | None = 10, block_size: int = 100, **config: float) -> E
     return b
 
 
-def waiter(tokens: int = 100, sequences: int = 1, seq_tokens: tuple[int, ...] = ()) -> Waiter:
-    return Waiter("t", "normal", tokens, arrival=0, sequences=sequences, seq_tokens=seq_tokens)
+def waiter(
+    tokens: int = 100,
+    sequences: int = 1,
+    seq_tokens: tuple[int, ...] = (),
+    priority: str = "normal",
+) -> Waiter:
+    return Waiter("t", priority, tokens, arrival=0, sequences=sequences, seq_tokens=seq_tokens)
 
 
 def test_demand_is_counted_in_whole_blocks_per_sequence() -> None:
@@ -70,21 +82,66 @@ def test_unknown_capacity_means_the_fallback_sequence_cap() -> None:
 
 def test_preemptions_shrink_the_budget_down_to_the_floor() -> None:
     b = budget(blocks=100, initial_factor=2.0, backoff=0.7)
-    b.observe(0, 0.5, queued=True, ceiling=4.0)
-    b.observe(3, 0.99, queued=True, ceiling=4.0)
+    b.observe(reading(0, 0.5), queued=True, ceiling=4.0)
+    b.observe(reading(3, 0.99), queued=True, ceiling=4.0)
     assert b.factor == pytest.approx(1.4)
-    b.observe(5, 0.99, queued=True, ceiling=4.0)
+    b.observe(reading(5, 0.99), queued=True, ceiling=4.0)
     assert b.factor == pytest.approx(0.98)
     for i in range(20):
-        b.observe(100 + i, 0.99, queued=True, ceiling=4.0)
+        b.observe(reading(100 + i, 0.99), queued=True, ceiling=4.0)
     assert b.factor == pytest.approx(0.9)
+
+
+def test_where_the_engine_orders_by_priority_lower_classes_do_not_hold_a_higher_one_back() -> None:
+    """Low requests fill the budget: a high one still fits where the engine
+    preempts the low ones for it, a low one does not; an engine that orders
+    by arrival counts every block."""
+    for by_priority, high_fits in ((True, True), (False, False)):
+        b = budget(blocks=10, by_priority=by_priority, max_request_share=1.0)
+        held = [b.reserve(waiter(300, priority="low"), 0.0) for _ in range(3)]
+        assert not b.fits(waiter(300, priority="low"), 0.0)
+        assert b.fits(waiter(300, priority="high"), 0.0) is high_fits
+        b.reserve(waiter(300, priority="high"), 0.0)
+        for reservation in held:
+            b.release(reservation)
+        assert b.reserved_by_rank == [3, 0, 0]
+        # What the high class holds counts against the low one too.
+        assert not b.fits(waiter(800, priority="low"), 0.0)
+        assert b.fits(waiter(700, priority="low"), 0.0)
+
+
+def test_within_its_preemption_budget_the_engine_is_filled_past_the_zero_preemption_ceiling() -> (
+    None
+):
+    """A tenth of what the engine generates may be recomputed: preemptions
+    that cost less keep the factor growing (the cache full, requests queued)
+    past what completed requests justify; past the budget it backs off."""
+    b = budget(blocks=100, preemption_budget=0.1, patience=2, step=0.2, max_factor=3.0)
+    generated = preempted = 0.0
+    for _ in range(20):
+        # 1,000 tokens a tick; a preemption recomputes 10,000 × 0.99 / 100 tokens.
+        generated, preempted = generated + 1000, preempted + 0.5
+        b.observe(reading(preempted, 0.99, generated, running=100), queued=True, ceiling=1.0)
+    assert b.recompute.share() == pytest.approx(0.0495)
+    assert b.factor == pytest.approx(3.0)
+    for _ in range(3):
+        generated, preempted = generated + 1000, preempted + 3
+        b.observe(reading(preempted, 0.99, generated, running=100), queued=True, ceiling=1.0)
+    assert b.factor < 3.0
+
+
+def test_without_a_preemption_budget_any_preemption_backs_off() -> None:
+    b = budget(blocks=100, initial_factor=2.0, backoff=0.5)
+    b.observe(reading(0, 0.5, 0), queued=True, ceiling=4.0)
+    b.observe(reading(1, 0.5, 100_000), queued=True, ceiling=4.0)
+    assert b.factor == pytest.approx(1.0)
 
 
 def test_a_persistent_queue_with_headroom_opens_the_budget_up_to_the_ceiling() -> None:
     b = budget(blocks=10, patience=2, step=0.1)
     budgets = []
     for _ in range(10):
-        b.observe(0, 0.4, queued=True, ceiling=1.3)
+        b.observe(reading(0, 0.4), queued=True, ceiling=1.3)
         budgets.append(b.budget_blocks)
     assert budgets[0] == 10
     assert budgets[-1] == 13
@@ -94,8 +151,8 @@ def test_a_persistent_queue_with_headroom_opens_the_budget_up_to_the_ceiling() -
 def test_no_headroom_or_no_queue_means_no_growth() -> None:
     b = budget()
     for _ in range(10):
-        b.observe(0, 0.2, queued=False, ceiling=4.0)
-        b.observe(0, 0.95, queued=True, ceiling=4.0)
+        b.observe(reading(0, 0.2), queued=False, ceiling=4.0)
+        b.observe(reading(0, 0.95), queued=True, ceiling=4.0)
     assert b.factor == 1.0
 
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from app.admission.budget import BudgetConfig
 from app.admission.classes import default_table
 from app.admission.policy import AdmissionPolicy, PolicyConfig, QueueFull, Reservation, Waiter
+from app.admission.recompute import EngineReading
 from app.engine.view import FixedView
 from app.routing.block_index import BlockIndex, PromptBlocks
 from app.routing.cached import ReportedCache
@@ -286,7 +287,7 @@ def opened_up(p: AdmissionPolicy) -> float:
     admit(p)
     add(p, waiter(tokens=1000))
     for _ in range(100):
-        p.observe_engine("e0", preemptions_total=0, kv_usage=0.3)
+        p.observe_engine("e0", EngineReading(0, None, 0.3, 1000, 1))
     return p.engines["e0"].factor
 
 
@@ -329,7 +330,7 @@ def test_the_factor_falls_to_the_ceiling_when_completions_justify_less() -> None
         add(p, waiter(tokens=1000))
         for _, reservation in admit_all(p):
             p.release(reservation, used=(100, 900))
-    p.observe_engine("e0", preemptions_total=0, kv_usage=0.3)
+    p.observe_engine("e0", EngineReading(0, None, 0.3, 1000, 1))
     assert p.engines["e0"].factor == pytest.approx(1.0, abs=0.05)
 
 
@@ -548,7 +549,8 @@ def test_random_sequences_never_leak_or_double_release(steps: list[tuple[object,
                 done.append(reservation)
         elif kind == "engine":
             preemptions += int(step[1])  # type: ignore[call-overload]
-            p.observe_engine(f"e{step[3]}", preemptions, float(step[2]))  # type: ignore[arg-type]
+            kv = float(step[2])  # type: ignore[arg-type]
+            p.observe_engine(f"e{step[3]}", EngineReading(preemptions, None, kv, 1000, 1))
         elif kind == "eject":
             view(p, f"e{step[1]}").routable = bool(step[2])
 
