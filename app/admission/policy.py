@@ -119,10 +119,10 @@ from typing import Literal
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.classes import ClassTable, default_table
-from app.admission.recompute import EngineReading
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
 from app.admission.pace import Progress
+from app.admission.recompute import EngineReading
 from app.admission.refill import HandingOn
 from app.engine.view import EngineView
 from app.request.identity import PRIORITIES
