@@ -7,10 +7,9 @@ from typing import Any, Protocol
 
 from app.admission.demand import Demand
 from app.admission.forecast import QueuePlace
-from app.admission.pace import Progress
-from app.admission.refill import HandingOn
 from app.engine.stats import EngineStats
 from app.engine.view import EngineView, adapters_of
+from app.relay.lane import Lane, NoLane
 from app.request.errors import EngineUnavailable
 from app.request.identity import Identity
 from app.request.record import RequestRecord
@@ -38,28 +37,12 @@ class Hold(Protocol):
     """An admitted request's hold on one engine."""
 
     @property
-    def engine(self) -> str:
-        """The engine's base URL."""
+    def choice(self) -> Choice:
+        """Where the router placed it (its ``engine``) and why."""
 
     @property
-    def choice(self) -> Choice | None:
-        """How the router placed it (None: not told)."""
-
-    def opened(self, travel: float) -> HandingOn:
-        """Its engine answered its stream ``travel`` seconds after its
-        admission; when to ``hand_on``."""
-
-    def streamed(self, tokens: int, events: int) -> None:
-        """Its stream completed: ``tokens`` of output in ``events`` events."""
-
-    def writing(self, progress: Progress) -> None:
-        """Its stream runs; ``progress`` says how far it has come: the
-        tokens its relay has sent and the seconds since its first
-        (``app.admission.pace``)."""
-
-    def hand_on(self) -> None:
-        """The request is about to end: let the next one have its place in
-        the engine's batch now (``app.admission.refill``, *Handing on*)."""
+    def lane(self) -> Lane:
+        """What its engine call tells admission (``app.relay.lane``)."""
 
     def release(self, record: RequestRecord) -> None:
         """Give the capacity back; the record carries what the request used."""
@@ -116,21 +99,11 @@ class _Engine:
 class _CountedHold:
     owner: "Unlimited"
     engine: str
+    choice: Choice
     released: bool = field(default=False)
-    choice: Choice | None = None
     adapter: str | None = None
-
-    def opened(self, travel: float) -> HandingOn:
-        return HandingOn()  # nothing waits here for a place
-
-    def streamed(self, tokens: int, events: int) -> None:
-        return None
-
-    def writing(self, progress: Progress) -> None:
-        return None  # nothing is paced here
-
-    def hand_on(self) -> None:
-        return None  # nothing waits here for its place
+    # Nothing follows a request here: no queue, no budget.
+    lane: Lane = field(default_factory=NoLane)
 
     def release(self, record: RequestRecord) -> None:
         if not self.released:
@@ -182,7 +155,7 @@ class Unlimited:
         adapter = model if model in state.view.adapters else None
         if adapter is not None:
             state.adapters[adapter] += 1
-        return _CountedHold(self, choice.engine, adapter=adapter)
+        return _CountedHold(self, choice.engine, choice, adapter=adapter)
 
     @property
     def queued(self) -> int:

@@ -8,15 +8,18 @@ adapt to what they show.
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from app.admission.fairqueue import Waiter
 from app.admission.pace import Life, Open, PacedStarts, worst
 from app.admission.recompute import EngineReading, RecomputeWindow
-from app.admission.refill import RefillLead
+from app.admission.refill import HandingOn, RefillLead
 from app.admission.sequence_cap import LearnedCap
 from app.engine.view import EngineView, FixedView, adapters_of
+from app.relay.lane import StreamGauge
+from app.request.errors import GatewayError
 from app.request.identity import PRIORITIES
 from app.routing.base import Choice, EngineLoad
 from app.settings import default
@@ -74,8 +77,26 @@ class Reservation:
     paced: Open | None = None
     # When it was admitted (the policy's clock).
     admitted_at: float = 0.0
-    # Its class's rank (0 first).
+    # Its class's rank (0 first), and whether it may be stopped for a higher one.
     rank: int = 0
+    sheddable: bool = False
+    # Its most output (max_tokens times its sequences; 0: no bound).
+    bound: int = 0
+    # Its stream, once its engine answered (``app.admission.lane``): what
+    # admission samples of it, and when it hands its place on.
+    stream: "RunningStream | None" = None
+    # What stops its request (its flight registers it; eviction calls it).
+    stop: "Callable[[GatewayError], None] | None" = None
+    evicted: bool = False
+
+
+@dataclass(eq=False)
+class RunningStream:
+    """A running stream as admission reads it: its gauge, and when it hands
+    its place on (``HandingOn``; checked by sampling, not per event)."""
+
+    gauge: StreamGauge
+    handing_on: HandingOn
 
 
 class EngineBudget:
@@ -88,6 +109,8 @@ class EngineBudget:
         self.num_blocks: int | None = None
         self.block_size: int | None = None
         self.factor = config.initial_factor
+        # The requests admitted here and not yet released, oldest first.
+        self.live: dict[int, Reservation] = {}
         # What this gateway holds on the engine (and of it, by class rank)...
         self.reserved_blocks = 0
         self.reserved_by_rank = [0] * len(PRIORITIES)
@@ -285,7 +308,10 @@ class EngineBudget:
             adapter=adapter,
             admitted_at=now,
             rank=waiter.rank,
+            sheddable=waiter.sheddable,
+            bound=waiter.output * waiter.sequences,
         )
+        self.live[id(reservation)] = reservation
         self.refill.intake.admitted(now)
         budget, lives = self.budget_blocks, waiter.lives()
         if budget is not None and self.paces(lives, budget):
@@ -299,6 +325,7 @@ class EngineBudget:
         self.running_sequences -= reservation.sequences
 
     def release(self, reservation: Reservation) -> None:
+        self.live.pop(id(reservation), None)
         self.in_flight -= 1
         if reservation.paced is not None:
             self.pace.ended(reservation.paced)

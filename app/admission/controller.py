@@ -22,6 +22,7 @@ from app.admission.demand import refuse_if_it_can_never_fit
 from app.admission.dispatch import Dispatch, LocalDispatch, SharedDispatch
 from app.admission.estimate import PromptTokenEstimator
 from app.admission.hold import KvHold
+from app.admission.lane import KvLane
 from app.admission.policy import (
     AdmissionPolicy,
     PolicyConfig,
@@ -32,7 +33,6 @@ from app.admission.policy import (
 )
 from app.admission.publish import AdmissionMetrics
 from app.admission.recompute import EngineReading
-from app.admission.refill import HandingOn
 from app.admission.shared import SharedBudgets
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.engine.view import EngineView
@@ -42,6 +42,11 @@ from app.request.record import RequestRecord
 from app.routing.router import Router
 from app.settings import Settings
 from app.state.fleet import FleetState
+
+# How often the running streams are sampled for their hand-on: a decision
+# that a few hundredths of a second do not change (the time ahead is tenths
+# of a second to seconds).
+_SAMPLE_EVERY = 0.05
 
 
 class AdmissionController:
@@ -105,8 +110,21 @@ class AdmissionController:
 
     async def run(self) -> None:
         """The dispatcher's background work (with shared state: the
-        admissions, each held in Redis first)."""
-        await self._dispatch.run()
+        admissions, each held in Redis first), and the streams sampled for
+        when each hands its place on."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._dispatch.run())
+            group.create_task(self._hand_on_when_due())
+
+    async def _hand_on_when_due(self) -> None:
+        """Every ``_SAMPLE_EVERY`` seconds, hand on the places of the
+        streams due to end within their time ahead (``app.admission.refill``,
+        *Handing on*): the relay only counts what it sends; the arithmetic
+        is here, once per sample, not once per event."""
+        while True:
+            await asyncio.sleep(_SAMPLE_EVERY)
+            for reservation in self.policy.streams_due(time.perf_counter()):
+                self.hand_on(reservation)
 
     # --- the Admission protocol ---------------------------------------------
 
@@ -169,16 +187,8 @@ class AdmissionController:
         reservation = future.result()
         self._metrics.queue_wait(time.monotonic() - waiter.arrival)
         self._metrics.routed(reservation)
-        return KvHold(
-            self.give_back,
-            reservation,
-            request,
-            self.hand_on,
-            self.opened,
-            self.streamed,
-            self.policy.writing,
-            self.policy.first_token,
-        )
+        lane = KvLane(self.policy, reservation, self._refill_ahead)
+        return KvHold(self.give_back, reservation, request, lane, self.policy.first_token)
 
     def enqueue(self, waiter: Waiter, *, front: bool = False) -> "asyncio.Future[Reservation]":
         """Queue ``waiter`` (the policy may refuse it: ``QueueFull``); the
@@ -270,12 +280,6 @@ class AdmissionController:
         self.policy.forget_engine(engine)
 
     # --- what the dispatcher and the holds call back ----------------------------
-
-    def opened(self, reservation: Reservation, travel: float) -> HandingOn:
-        return self.policy.opened(reservation, travel, self._refill_ahead)
-
-    def streamed(self, reservation: Reservation, tokens: int, events: int) -> None:
-        self.policy.streamed(reservation, tokens, events)
 
     def learning_events(self, model: str) -> bool:
         return self.policy.learning_events(model)

@@ -58,6 +58,10 @@ class Waiter:
     # The engine it waited for, holding its place, because that engine
     # holds the most of its prompt (``app.routing.prefix``).
     waited_for: str | None = None
+    # Its class may be stopped for a higher one (``app.admission.classes``).
+    sheddable: bool = False
+    # It had a sheddable request stopped to make room for it (once at most).
+    evicted_for: bool = False
 
     @property
     def rank(self) -> int:

@@ -1,35 +1,24 @@
 """An admitted request's reservation on one engine, given back exactly once.
 
-The flight holds it through the ``Hold`` protocol (``app.admission.base``);
-giving it back carries what a completed request used, which the policy
-learns its overcommit from.
+The flight holds it through the ``Hold`` protocol (``app.admission.base``):
+where it went (``choice``), the lane its engine call reports on
+(``app.admission.lane``), and ``release``, which carries what a completed
+request used (the policy learns its overcommit from it) and when its first
+token came (what a first token takes after admission).
 """
 
 from collections.abc import Callable
 
 from app.admission.base import AdmissionRequest
 from app.admission.budget import Reservation
-from app.admission.pace import Progress
-from app.admission.refill import HandingOn
+from app.admission.lane import KvLane
 from app.request.record import RequestRecord
 from app.routing.base import Choice
 
 # Gives a reservation back, with (prompt, output) tokens a completed request used.
 GiveBack = Callable[[Reservation, tuple[int, int] | None], None]
-# Hands a reservation's sequence slots on before its end.
-HandOn = Callable[[Reservation], None]
-# A stream's engine answered after so many seconds; when to hand on.
-Opened = Callable[[Reservation, float], HandingOn]
-# A stream completed with so many tokens in so many events.
-Streamed = Callable[[Reservation, int, int], None]
-# A stream runs, and this says how far it has come.
-Writing = Callable[[Reservation, Progress], None]
 # A stream's first token came so many seconds after its admission.
 FirstToken = Callable[[float], None]
-
-
-def _ignore(seconds: float) -> None:
-    return None
 
 
 class KvHold:
@@ -38,45 +27,18 @@ class KvHold:
         give_back: GiveBack,
         reservation: Reservation,
         request: AdmissionRequest,
-        hand_on: HandOn | None = None,
-        opened: Opened | None = None,
-        streamed: Streamed | None = None,
-        writing: Writing | None = None,
-        first_token: FirstToken | None = None,
+        lane: KvLane,
+        first_token: FirstToken,
     ) -> None:
-        self._first_token = first_token or _ignore
         self._give_back = give_back
-        self._hand_on = hand_on
-        self._opened = opened
-        self._streamed = streamed
-        self._writing = writing
+        self._first_token = first_token
         self.reservation = reservation
+        self.lane = lane
         self._request = request
 
     @property
-    def engine(self) -> str:
-        return self.reservation.engine
-
-    @property
-    def choice(self) -> Choice | None:
-        return self.reservation.choice
-
-    def opened(self, travel: float) -> HandingOn:
-        if self._opened is None:
-            return HandingOn()
-        return self._opened(self.reservation, travel)
-
-    def streamed(self, tokens: int, events: int) -> None:
-        if self._streamed is not None:
-            self._streamed(self.reservation, tokens, events)
-
-    def writing(self, progress: Progress) -> None:
-        if self._writing is not None:
-            self._writing(self.reservation, progress)
-
-    def hand_on(self) -> None:
-        if self._hand_on is not None and not self.reservation.released:
-            self._hand_on(self.reservation)
+    def choice(self) -> Choice:
+        return self.reservation.choice or Choice(self.reservation.engine)
 
     def release(self, record: RequestRecord) -> None:
         if self.reservation.released:

@@ -121,9 +121,8 @@ from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.classes import ClassTable, default_table
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
-from app.admission.pace import Progress
 from app.admission.recompute import EngineReading
-from app.admission.refill import HandingOn
+from app.admission.refill import HandingOn, due, tokens_sent
 from app.engine.view import EngineView
 from app.request.identity import PRIORITIES
 from app.routing.base import Choice, RouteRequest, Wait
@@ -438,10 +437,24 @@ class AdmissionPolicy:
             if reservation.paced is not None:
                 budget.pace.completed(reservation.paced, tokens)
 
-    def writing(self, reservation: Reservation, progress: Progress) -> None:
-        """Its stream runs: ``progress`` says how far (``app.admission.pace``)."""
-        if reservation.paced is not None:
-            reservation.paced.progress = progress
+    def streams_due(self, now: float) -> list[Reservation]:
+        """The running streams due to hand their place on at ``now``
+        (``time.perf_counter``): each within its time ahead of its bound, at
+        the pace it has kept (``app.admission.refill.due``)."""
+        found = []
+        for budget in self.engines.values():
+            for reservation in budget.live.values():
+                stream = reservation.stream
+                if stream is None or reservation.handed_on or reservation.bound <= 0:
+                    continue
+                gauge, terms = stream.gauge, stream.handing_on
+                first = gauge.first_token_at
+                if first is None:
+                    continue
+                sent = tokens_sent(gauge, terms.tokens_per_event())
+                if due(reservation.bound, sent, gauge.events, now - first, terms.ahead()):
+                    found.append(reservation)
+        return found
 
     def paced_wake(self, now: float) -> float | None:
         """Seconds until an engine's next paced start is due, while requests

@@ -75,6 +75,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.admission.intake import Intake
+from app.relay.lane import StreamGauge
 
 PATIENCE = 3
 # The weight of a completed stream in the running mean of an event's tokens.
@@ -101,6 +102,36 @@ class HandingOn:
 
     ahead: Callable[[], float] = _none
     tokens_per_event: Callable[[], float] = _one
+
+
+def tokens_sent(gauge: StreamGauge, per_event: float) -> float:
+    """A stream's tokens so far: what its engine said, or its events, each
+    counted as what its engine's streams carried an event."""
+    counted = gauge.counted_tokens
+    return counted if counted is not None else gauge.events * max(1.0, per_event)
+
+
+# The share of the time ahead over which a stream's pace must have been
+# measured before it says when the stream ends.
+PACE_SPAN = 0.5
+
+
+def due(bound: float, sent: float, events: int, span: float, ahead: float) -> bool:
+    """Whether a stream ``span`` seconds past its first token, with ``sent``
+    of its ``bound`` tokens sent in ``events`` events, reaches its bound
+    within ``ahead`` seconds at the pace it has kept. The pace is trusted
+    once measured over half the time it must look ahead: a stream's first
+    tokens often come in one read (the engine wrote faster than a busy relay
+    read), and a pace of nothing would hand the place on at once."""
+    if ahead <= 0:
+        return False
+    left = bound - sent
+    if left <= 0:
+        return True
+    if events < 2 or sent <= 0 or span < PACE_SPAN * ahead:
+        return False
+    # The pace: the tokens sent after the first event, over the span.
+    return left * span * events / (sent * (events - 1)) <= ahead
 
 
 class RefillLead:

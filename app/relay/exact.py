@@ -72,16 +72,17 @@ class ExactUsageRelay(StreamRelay):
             kept.append(event)
         return b"".join(kept)
 
-    def _tokens_sent(self) -> float:
-        """What the engine last said each choice had generated (the events
-        counted until a chunk said it)."""
+    @property
+    def counted_tokens(self) -> float | None:
+        """What the engine last said each choice had generated (None until a
+        chunk said it)."""
         if not self._seen:
-            return super()._tokens_sent()
+            return None
         total = 0
         for usage in self._seen.values():
             found = _COMPLETION.search(usage)
             total += int(found.group(1)) if found else 0
-        return float(total) if total else super()._tokens_sent()
+        return float(total) if total else None
 
     def count_partial_output(self) -> None:
         """A stream that ended early: what the engine last said each of its

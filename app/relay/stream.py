@@ -3,11 +3,13 @@
 This is the hot path's logic: every upstream read crosses ``StreamRelay.feed``.
 Per read it does one regex scan for event ends, substring tests and one
 count for the usage chunk, the ``[DONE]`` marker, an engine error and the
-events sent, one histogram observation and, until it is due and at most every
-``_CHECK_EVERY`` seconds, one product for the hand-on of the stream's place
-(``ending_within``). JSON is parsed only until the
-first token and for the final usage chunk. The sends around it are
-``app.relay.sse``; the client and the drain are watched by ``app.request.flight``.
+events sent, and one histogram observation: what the route's contract needs
+(the first token's time, the usage at the end, an error event). JSON is
+parsed only until the first token and for the final usage chunk. What
+admission reads of a running stream it samples when it wants it (the
+relay is its ``StreamGauge``, ``app.relay.lane``): nothing of admission runs
+per event. The sends around it are ``app.relay.sse``; the client and the
+drain are watched by ``app.request.flight``.
 
 Each route's stream has its own rules, as a small variation of this relay:
 a chat or completion stream here, one whose chunks each carry the usage so
@@ -15,8 +17,6 @@ far (``app.relay.exact``: a stream charged to a key), the Responses API's
 named events (``app.relay.named``). ``relay_for`` picks one per request,
 by its route's stream kind (``app.request.routes``).
 """
-
-from collections.abc import Callable
 
 from app.observe.metrics import GatewayMetrics
 from app.relay.events import EventSplitter, event_json, has_content, split_events
@@ -28,14 +28,6 @@ from app.request.routes import UsageNames
 _USAGE = b'"usage":{'
 _ERROR = b'data: {"error"'
 _DONE = b"data: [DONE]"
-# The share of the time ahead over which a stream's pace must have been
-# measured before it says when the stream ends (``ending_within``).
-_PACE_SPAN = 0.5
-# How often at most a stream looks whether its end is due: reading the time
-# ahead and the tokens sent on every event was a tenth of the relay's work
-# per event, for a decision a few hundredths of a second do not change (the
-# time ahead is tenths of a second to seconds).
-_CHECK_EVERY = 0.05
 
 
 class StreamRelay:
@@ -66,32 +58,8 @@ class StreamRelay:
         self._events = 0
         self._saw_done = False
         self._engine_error = False
-        # Called once when the stream will reach its token bound within
-        # ``_ahead()`` seconds (``ending_within``).
-        self._ending: Callable[[], None] | None = None
-        self._bound = 0
-        self._next_check = 0.0
-        self._ahead: Callable[[], float] = _none
-        self._per_event: Callable[[], float] = _one
 
-    def ending_within(
-        self,
-        seconds: Callable[[], float],
-        bound: int,
-        call: Callable[[], None],
-        per_event: Callable[[], float] | None = None,
-    ) -> None:
-        """Call ``call`` once, when the stream is ``seconds()`` from its
-        ``bound`` of tokens — its ``max_tokens`` times its sequences — each
-        event sent counted as ``per_event()`` tokens, both read at each
-        check (``app.admission.refill``, *Handing on*; 0 seconds: not now).
-        The time left is the tokens left at the pace the stream has kept so
-        far, measured over half of ``seconds()`` at least; it is checked at
-        an event at most every ``_CHECK_EVERY`` seconds. A stream that
-        stops earlier (a stop token, a stop string) never calls it."""
-        if bound > 0:
-            self._ending, self._bound, self._ahead = call, bound, seconds
-            self._per_event = per_event or _one
+    # --- what admission reads of it (``app.relay.lane.StreamGauge``) ---------------
 
     @property
     def events(self) -> int:
@@ -99,9 +67,13 @@ class StreamRelay:
         return self._events
 
     @property
-    def tokens_sent(self) -> float:
-        """The tokens sent so far, as counted for ``ending_within``."""
-        return self._tokens_sent()
+    def counted_tokens(self) -> float | None:
+        """What the engine said it had generated: nothing, on this stream."""
+        return None
+
+    @property
+    def first_token_at(self) -> float | None:
+        return self._record.first_token_at
 
     def feed(self, raw: bytes, now: float) -> bytes:
         """Take bytes read from the engine at ``now``; return the whole
@@ -119,32 +91,7 @@ class StreamRelay:
             if self._last_sent:
                 self._inter_token.observe(now - self._last_sent)
             self._last_sent = now
-            if self._ending is not None and now >= self._next_check:
-                self._next_check = now + _CHECK_EVERY
-                self._check_ending(now, record.first_token_at)
         return data
-
-    def _check_ending(self, now: float, first: float) -> None:
-        ahead = self._ahead()
-        if ahead <= 0:
-            return
-        events, span, sent = self._events, now - first, self._tokens_sent()
-        left = self._bound - sent
-        if left > 0:
-            # The pace is trusted once measured over half the time it must
-            # look ahead: a stream's first tokens often come in one read
-            # (the engine wrote faster than a busy relay read), and a pace of
-            # nothing would hand the place on at the first tokens. Half: a
-            # stream of max_tokens 256 under overload lasts about 4 s, and
-            # its place is due on 2-3 s before its end.
-            if events < 2 or span < _PACE_SPAN * ahead:
-                return
-            # The pace: the tokens sent after the first event, over the span.
-            if left * span * events / (sent * (events - 1)) > ahead:
-                return
-        call, self._ending = self._ending, None
-        if call is not None:
-            call()
 
     def finish(self) -> None:
         """The engine ended the stream: record how it ended."""
@@ -179,11 +126,6 @@ class StreamRelay:
     def _count_sent(self, data: bytes) -> None:
         self._events += data.count(b"data: {")
 
-    def _tokens_sent(self) -> float:
-        """The tokens sent so far: the events, each counted as what its
-        engine's streams carried an event."""
-        return self._events * max(1.0, self._per_event())
-
     def _take_usage(self, data: bytes) -> bytes:
         kept = []
         for event in split_events(data):
@@ -201,14 +143,6 @@ class StreamRelay:
                     continue
             kept.append(event)
         return b"".join(kept)
-
-
-def _one() -> float:
-    return 1.0
-
-
-def _none() -> float:
-    return 0.0
 
 
 def _has_choices(chunk: object) -> bool:

@@ -49,8 +49,6 @@ from starlette.responses import Response
 from starlette.types import Send
 
 from app.admission.base import AdmissionRequest, Hold
-from app.admission.pace import Progress
-from app.admission.refill import HandingOn
 from app.engine.client import EngineResponse
 from app.engine.monitor import engine_label
 from app.observe.logs import left_unfinished
@@ -110,10 +108,9 @@ class Flight:
         self._ended_by: Exception | None = None
         self._cancel: anyio.CancelScope | None = None
         self._group: TaskGroup | None = None
-        # When it was admitted last, and how long before its end it hands
-        # its place on (``app.admission.refill``, *Handing on*).
+        # When it was admitted last (what the way to the engine took is
+        # measured from it).
         self._admitted_at = 0.0
-        self._handing_on = HandingOn()
 
     async def __aenter__(self) -> "Flight":
         self._services.drain.enter()
@@ -200,12 +197,15 @@ class Flight:
         record.enter("queued")
         with self.trace.queue(retry=bool(self._tried)) as queued:
             self._hold = hold = await services.admission.admit(self._admission, record, self._tried)
+            engine = hold.choice.engine
             reason = route_reason(hold.choice, retry=bool(self._tried))
-            queued.admitted(hold.engine, reason, services.router.name)
-        self._tried.append(hold.engine)
+            queued.admitted(engine, reason, services.router.name)
+        self._tried.append(engine)
         self._admitted_at = time.perf_counter()
-        record.admitted(engine_label(hold.engine), len(self._tried))
+        record.admitted(engine_label(engine), len(self._tried))
         services.metrics.in_flight.inc()
+        # A sheddable request may be stopped for a higher class.
+        hold.lane.on_evict(self._end_because)
 
     async def _call(self) -> None:
         """Answer from the engine admitted to; on its failure, the retry rule."""
@@ -222,7 +222,7 @@ class Flight:
         assert self._hold is not None
         job, record = self._admission.job, self.record
         record.enter("waiting_first_token" if job.stream else "non_streaming")
-        engine, path = self._hold.engine, self._engine_path
+        engine, path = self._hold.choice.engine, self._engine_path
         services = self._services
         # A stream's head comes once its engine has taken it in: the call is
         # under way until then (``app.request.transit``). A whole answer's head comes
@@ -242,9 +242,6 @@ class Flight:
                     extra_headers=job.engine_headers,
                 )
             if job.stream:
-                # How long before its end it hands its place on: what the
-                # way here took, as its engine's streams measure it.
-                self._handing_on = self._hold.opened(time.perf_counter() - self._admitted_at)
                 await self._relay_stream()
             else:
                 await self._relay_whole(self._upstream)
@@ -256,20 +253,18 @@ class Flight:
         self._relay = relay = relay_for(
             job, self.record, self._services.metrics, charged=self._terms.charged
         )
-        if job.max_tokens is not None and hold is not None:
-            # Its place in the engine's batch goes to the next request
-            # shortly before it ends, so that one is already there.
-            bound = job.max_tokens * job.n * len(job.prompts)
-            terms = self._handing_on
-            relay.ending_within(terms.ahead, bound, hold.hand_on, terms.tokens_per_event)
         if hold is not None:
-            hold.writing(_progress(relay, self.record))
+            # Admission samples the stream from here on (what the way to
+            # the engine took, then how far the stream has come).
+            hold.lane.opened(time.perf_counter() - self._admitted_at, relay)
         sender = await self._open_stream()
         await sender.pump(self._upstream.chunks(), relay)
         relay.finish()
         record = self.record
+        first = record.first_token_at
         if hold is not None and record.outcome == "completed" and record.completion_tokens:
-            hold.streamed(record.completion_tokens, relay.events)
+            seconds = 0.0 if first is None else time.perf_counter() - first
+            hold.lane.ended(record.completion_tokens, relay.events, seconds)
         self._conclude()
         await sender.end()
 
@@ -313,7 +308,7 @@ class Flight:
         sent = self._sender is not None and self._sender.sent_events
         if sent or not error.retryable or len(self._tried) >= 2:
             return False
-        failed, engines = self._hold.engine, self._services.engines
+        failed, engines = self._hold.choice.engine, self._services.engines
         if error.ejects:
             engines.mark_down(failed)
         elsewhere = RouteRequest(
@@ -413,16 +408,3 @@ class Flight:
     def _count_partial_output(self) -> None:
         if self._relay is not None:
             self._relay.count_partial_output()
-
-
-def _progress(relay: StreamRelay, record: RequestRecord) -> Progress:
-    """How far a relayed stream has come: the tokens sent, and the seconds
-    since its first (``app.admission.pace``; None before its first)."""
-
-    def progress() -> tuple[float, float] | None:
-        first = record.first_token_at
-        if first is None:
-            return None
-        return relay.tokens_sent, time.perf_counter() - first
-
-    return progress

@@ -87,7 +87,8 @@ def build_services(settings: Settings, drain: Drain) -> Services:
         controller = AdmissionController(settings, metrics, estimator, router, fleet)
         if shared is not None and controller.shared is not None:
             shared.on_heartbeat(controller.shared.beat)
-            background.append(controller.run)
+        # Its dispatcher's work, and the running streams sampled.
+        background.append(controller.run)
         admission = controller
     else:
         admission = Unlimited(router)

@@ -36,6 +36,9 @@ TARGETS = (
     "tokenizer",
     "estimate",
     "makeup",
+    "nohandon",
+    "nolead",
+    "nopace",
 )
 NAMES = {
     "direct": "vLLM direct",
@@ -62,6 +65,11 @@ NAMES = {
     # As `make up` configures it: the model's tokenizer files, the sequence
     # cap set to the engine's --max-num-seqs.
     "makeup": "gateway as `make up` sets it",
+    # As `make up` sets it, each without one of the mechanisms that keep an
+    # engine full through the gateway (what each buys, measured apart).
+    "nohandon": "make up's, no hand-on",
+    "nolead": "make up's, no refill lead",
+    "nopace": "make up's, no paced starts",
 }
 # What a run compares unless told: the anchors (vLLM direct, its router,
 # nginx as the floor of a relay's cost) and the gateway as `make up` runs it.
@@ -69,6 +77,12 @@ DEFAULT_TARGETS = ("direct", "router", "nginx", "makeup")
 # The targets that are vLLM itself, no relay in front.
 DIRECT = frozenset({"direct", "again"})
 LAYOUTS = ("unpinned", "pinned")
+# As `make up` sets its gateways (deploy/stack.py): the model's tokenizer
+# files, and the engines, which it starts, ordering by priority.
+MAKE_UP = {
+    "GATEWAY_TOKENIZER_DIR": str(ROOT / os.environ.get("ENGINE_MODEL_DIR", ".models/tiny")),
+    "GATEWAY_ENGINE_SCHEDULING": "priority",
+}
 GATEWAYS = {
     "off": {"GATEWAY_ADMISSION": "off"},
     # Prompts counted by the engine's /tokenize (what ``auto``, the
@@ -80,10 +94,13 @@ GATEWAYS = {
         "GATEWAY_TOKENIZER_DIR": str(ROOT / os.environ.get("ENGINE_MODEL_DIR", ".models/tiny")),
     },
     "estimate": {"GATEWAY_PROMPT_TOKENS": "estimate"},
-    "makeup": {
-        "GATEWAY_TOKENIZER_DIR": str(ROOT / os.environ.get("ENGINE_MODEL_DIR", ".models/tiny")),
-    },
+    "makeup": MAKE_UP,
+    "nohandon": {**MAKE_UP, "GATEWAY_REFILL_AHEAD_SECONDS": "0"},
+    "nolead": {**MAKE_UP, "GATEWAY_REFILL_LEAD_MAX": "0"},
+    "nopace": {**MAKE_UP, "GATEWAY_PACED_STARTS": "false"},
 }
+# The targets run as `make up` runs its gateways (the engine's sequence cap too).
+MAKE_UP_LIKE = frozenset({"makeup", "nohandon", "nolead", "nopace"})
 
 
 def engine_cpus(layout: str) -> str:
@@ -210,7 +227,7 @@ class OverheadBench(Bench):
         env = GATEWAYS[target]
         if target == "traced":
             env = {**env, **self._traces}
-        if target == "makeup":
+        if target in MAKE_UP_LIKE:
             env = {**env, "GATEWAY_MAX_CONCURRENCY": str(args.max_num_seqs)}
         extra = dict(kv.split("=", 1) for kv in args.gateway_env)
         src = args.before_src if target == "before" else args.gateway_src

@@ -153,7 +153,8 @@ def _run(paced: bool, steps: int = 3000, step_seconds: float = 0.005) -> tuple[f
                     return None
                 return float(seen), seen * step_seconds
 
-            p.writing(reservation, progress)
+            if reservation.paced is not None:
+                reservation.paced.progress = progress
             running.append(sequence)
         live = [s for s in running if s.starts <= step]
         most = max(most, sum(held(LIFE.prompt, s.written, BLOCK) for s in live))

@@ -4,9 +4,10 @@ and how long before its end a stream hands its place on."""
 
 import pytest
 
-from app.admission.budget import BudgetConfig, EngineBudget
+from app.admission.budget import BudgetConfig, EngineBudget, RunningStream
 from app.admission.fairqueue import Waiter
-from app.admission.refill import PATIENCE, RefillLead
+from app.admission.refill import PATIENCE, HandingOn, RefillLead, due
+from tests.admission.test_policy import add, admit_all, policy, waiter
 
 
 def ticks(lead: RefillLead, n: int, running: float, waiting: float = 0) -> None:
@@ -117,3 +118,69 @@ def test_the_first_streams_teach_their_plain_mean_and_later_ones_a_tenth() -> No
     assert lead.carried() == pytest.approx(1.25)
     lead.streamed(450, 200)
     assert lead.carried() == pytest.approx(1.25 + 0.1 * (2.25 - 1.25))
+
+
+# --- when a stream hands its place on (``due``), sampled -------------------------
+
+
+def steady(bound: int, per_event: float, gap: float, ahead: float) -> int | None:
+    """The event (from 1) at which a steady stream of ``per_event`` tokens
+    every ``gap`` seconds is first due within ``ahead`` of ``bound``."""
+    for events in range(1, 10_000):
+        sent = events * per_event
+        if due(bound, sent, events, (events - 1) * gap, ahead):
+            return events
+    return None
+
+
+def test_a_stream_is_due_when_its_bound_is_within_the_time_ahead() -> None:
+    """One token every 0.1 s toward a bound of 100: due within 1 s from the
+    90th on (10 left), not at the 89th."""
+    assert steady(100, 1, 0.1, 1.0) == 90
+
+
+def test_first_tokens_read_together_give_no_pace() -> None:
+    """Ten tokens in one read say nothing of the pace: not due until it was
+    measured over half the time ahead."""
+    assert not due(100, 10, 10, 0.0, 1.0)
+    assert not due(100, 14, 14, 0.4, 1.0)
+
+
+def test_events_carrying_several_tokens_are_counted_as_such() -> None:
+    """Two tokens an event, one every 0.2 s, toward 100 tokens: due at the
+    45th event (10 tokens left); counted one an event, never before its end."""
+    assert steady(100, 2, 0.2, 1.0) == 45
+    assert steady(100, 1, 0.2, 1.0) == 95
+
+
+def test_a_stream_with_no_time_ahead_is_never_due() -> None:
+    assert not due(3, 3, 3, 0.2, 0.0)
+
+
+class Gauge:
+    """A stream as the relay shows it (``app.relay.lane.StreamGauge``)."""
+
+    def __init__(self, first: float) -> None:
+        self.events = 0
+        self.counted_tokens: float | None = None
+        self.first_token_at: float | None = first
+
+
+def test_the_running_streams_are_sampled_for_their_hand_on_not_told_per_event() -> None:
+    """Two streams toward 100 tokens, one token every 0.1 s: sampled at 8.9 s,
+    the one at 90 tokens is due, the one at 50 is not; one handed on is not
+    due again."""
+    p = policy(blocks=100, max_sequences=8, max_lead=0)
+    for _ in range(2):
+        add(p, waiter(tokens=200, output=100))
+    reservations = [r for _, r in admit_all(p)]
+    gauges = []
+    for reservation, sent in zip(reservations, (90, 50), strict=True):
+        gauge = Gauge(first=0.0)
+        gauge.events = sent
+        reservation.stream = RunningStream(gauge, HandingOn(ahead=lambda: 1.0))
+        gauges.append(gauge)
+    gauges[1].first_token_at = 4.0
+    assert p.streams_due(8.9) == [reservations[0]]
+    assert p.hand_on(reservations[0])
+    assert p.streams_due(8.9) == []

@@ -125,15 +125,12 @@ def test_a_usage_with_an_object_of_counts_inside_is_cut_out_whole() -> None:
     assert sent == HEAD + STEP + b"}\n\n"
 
 
-def test_a_stream_hands_on_by_the_tokens_its_chunks_say() -> None:
-    """Two tokens an event, as the engine's usage says, one event every
-    0.2 s toward 100 tokens: due within 1 s at the 45th event (10 tokens
-    left), with nothing learned of what an event carries (one each)."""
+def test_a_stream_counts_the_tokens_its_chunks_say() -> None:
+    """Two tokens an event, as the engine's usage says: the stream counts
+    what its engine said (what admission samples of it), not its events."""
     r, _ = relay(forward_usage=False)
-    called: list[int] = []
-    r.ending_within(lambda: 1.0, 100, lambda: called.append(1))
+    assert r.counted_tokens is None
     for i in range(44):
         r.feed(HEAD + STEP + usage(2 * (i + 1)) + b"}\n\n", 0.2 * i)
-    assert called == []
-    r.feed(HEAD + STEP + usage(90) + b"}\n\n", 0.2 * 44)
-    assert called == [1]
+    assert r.counted_tokens == 88
+    assert r.events == 44
