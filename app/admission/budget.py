@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.admission.fairqueue import Waiter
+from app.admission.itl import InterTokenEstimate
 from app.admission.pace import Life, Open, PacedStarts, worst
 from app.admission.recompute import EngineReading, RecomputeWindow
 from app.admission.refill import HandingOn, RefillLead
@@ -137,6 +138,8 @@ class EngineBudget:
         self._hold = 0
         self.refill = RefillLead(config.max_lead)
         self.pace = PacedStarts()
+        # How fast it writes a running stream's tokens (``app.admission.itl``).
+        self.itl = InterTokenEstimate()
 
     @property
     def up(self) -> bool:
@@ -216,6 +219,7 @@ class EngineBudget:
             "refill_tokens_per_event": round(self.refill.tokens_per_event, 3),
             "refill_learning": self.refill.learning,
             "paced_step_seconds": self.pace.step() if self.pace.open else None,
+            "inter_token_seconds": self.itl.seconds_per_token,
             "max_sequences": self.max_sequences,
             "in_flight": self.in_flight,
             "running_sequences": self.running_sequences,

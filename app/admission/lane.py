@@ -6,7 +6,8 @@ request in flight tells it.
   reservation, where admission samples it — when its place is due to be
   handed on (``app.admission.refill``), where a paced start stands
   (``app.admission.pace``);
-- *ended*: a completed stream's tokens and events (what an event carries);
+- *ended*: a completed stream's tokens and events (what an event carries)
+  and its span (how fast its engine writes: ``app.admission.itl``);
 - *on_evict*: what stops the request, should a higher class need its room.
 
 The reservation is the request's state in admission; this object only
@@ -41,6 +42,9 @@ class KvLane:
 
     def ended(self, tokens: int, events: int, seconds: float) -> None:
         self._policy.streamed(self._reservation, tokens, events)
+        budget = self._policy.engines.get(self._reservation.engine)
+        if budget is not None:
+            budget.itl.learn(tokens, seconds)
 
     def on_evict(self, stop: Callable[[GatewayError], None]) -> None:
         self._reservation.stop = stop
