@@ -15,7 +15,7 @@ def test_a_completed_streams_span_over_its_tokens_after_the_first_is_the_step() 
     assert itl.seconds_per_token == pytest.approx(0.02)
     itl.learn(11, 1.0)
     assert itl.seconds_per_token == pytest.approx(0.02 + 0.1 * (0.1 - 0.02))
-    assert itl.time_for(100) == pytest.approx(100 * itl.seconds_per_token)
+    assert itl.time_for(100) == pytest.approx(100 * (0.02 + 0.1 * (0.1 - 0.02)))
 
 
 def test_a_stream_of_one_token_teaches_nothing() -> None:
