@@ -194,6 +194,9 @@ class Settings(BaseSettings):
     # room for a higher class that would miss its objective, comma-separated
     # ("" : none).
     sheddable_classes: str = "low"
+    # Most running requests stopped for a higher class, per engine and
+    # second (0: none are stopped).
+    evictions_per_second: float = Field(32.0, ge=0)
     # Whether the engines order their own queue by priority (vLLM's
     # ``--scheduling-policy priority``): each request then carries its
     # class's priority to the engine, and a higher class is not held back

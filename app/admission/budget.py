@@ -115,6 +115,7 @@ class EngineBudget:
         # What this gateway holds on the engine (and of it, by class rank)...
         self.reserved_blocks = 0
         self.reserved_by_rank = [0] * len(PRIORITIES)
+        self.live_by_rank = [0] * len(PRIORITIES)
         self.in_flight = 0
         self.running_sequences = 0
         # ...and what other gateway replicas hold (shared state; 0 alone).
@@ -273,6 +274,23 @@ class EngineBudget:
                 return paced
         return self.holding_for(waiter) + self.others_blocks + blocks <= budget
 
+    def fits_without(self, waiter: Waiter, freed: Reservation, now: float) -> bool:
+        """Whether ``waiter`` would fit here once ``freed`` (one of the
+        requests admitted here) gave its room back (``app.admission.eviction``)."""
+        if self.in_flight + self.others_in_flight <= 1:
+            return True
+        blocks, sequences = self.charged(waiter)
+        slots = 0 if freed.handed_on else freed.sequences
+        if self.running_sequences + self.others_sequences - slots + sequences > self.max_sequences:
+            return False
+        budget = self.budget_blocks
+        if budget is None:
+            return True
+        held = self.holding_for(waiter)
+        if not self.config.by_priority or freed.rank <= waiter.rank:
+            held -= freed.blocks
+        return held + self.others_blocks + blocks <= budget
+
     def holding_for(self, waiter: Waiter) -> int:
         """The blocks held here that stand in ``waiter``'s way: all of them,
         or where the engine orders by priority, those of its class and the
@@ -316,6 +334,7 @@ class EngineBudget:
             bound=waiter.output * waiter.sequences,
         )
         self.live[id(reservation)] = reservation
+        self.live_by_rank[reservation.rank] += 1
         self.refill.intake.admitted(now)
         budget, lives = self.budget_blocks, waiter.lives()
         if budget is not None and self.paces(lives, budget):
@@ -329,7 +348,8 @@ class EngineBudget:
         self.running_sequences -= reservation.sequences
 
     def release(self, reservation: Reservation) -> None:
-        self.live.pop(id(reservation), None)
+        if self.live.pop(id(reservation), None) is not None:
+            self.live_by_rank[reservation.rank] -= 1
         self.in_flight -= 1
         if reservation.paced is not None:
             self.pace.ended(reservation.paced)

@@ -21,6 +21,7 @@ from app.admission.classes import classes_of, objective_of
 from app.admission.demand import refuse_if_it_can_never_fit
 from app.admission.dispatch import Dispatch, LocalDispatch, SharedDispatch
 from app.admission.estimate import PromptTokenEstimator
+from app.admission.eviction import Eviction, EvictionChecks
 from app.admission.hold import KvHold
 from app.admission.lane import KvLane
 from app.admission.policy import (
@@ -37,7 +38,7 @@ from app.admission.shared import SharedBudgets
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.engine.view import EngineView
 from app.observe.metrics import GatewayMetrics
-from app.request.errors import Draining, OverCapacity
+from app.request.errors import Draining, Evicted, OverCapacity
 from app.request.record import RequestRecord
 from app.routing.router import Router
 from app.settings import Settings
@@ -81,6 +82,7 @@ class AdmissionController:
                 max_wait=settings.queue_timeout,
                 affinity_wait=settings.routing_affinity_wait,
                 affinity_steal=settings.routing_affinity_steal,
+                evictions_per_second=settings.evictions_per_second,
             ),
             router,
         )
@@ -95,12 +97,17 @@ class AdmissionController:
         # stream that reports it), and what wakes each.
         self._queued: dict[str, Waiter] = {}
         self._futures: dict[Waiter, asyncio.Future[Reservation]] = {}
+        # Evictions awaiting their engine's next report, and the last running count.
+        self._checks = EvictionChecks()
+        self._running: dict[str, float] = {}
         self._shared = None if fleet is None else SharedBudgets(fleet, self.policy, metrics)
         self._dispatch: Dispatch
         if self._shared is None:
-            self._dispatch = LocalDispatch(self.policy, self._wake, self._expire)
+            self._dispatch = LocalDispatch(self.policy, self._wake, self._expire, self._evict)
         else:
-            self._dispatch = SharedDispatch(self.policy, self._shared, self._wake, self._expire)
+            self._dispatch = SharedDispatch(
+                self.policy, self._shared, self._wake, self._expire, self._evict
+            )
         # The gauges are written from the policy when scraped (``app.observe.on_collect``).
         metrics.on_collect(self._publish)
 
@@ -251,6 +258,10 @@ class AdmissionController:
 
     def on_engine_stats(self, engine: str, stats: EngineStats) -> None:
         budget = self.policy.engine(engine)
+        if stats.counts_seen:
+            self._running[engine] = stats.running
+            for outcome in self._checks.report(engine, stats.running):
+                self._metrics.evicted(engine, outcome)
         blocks = self._fixed_blocks or stats.num_blocks
         block_size = self._fixed_block_size or stats.block_size or (16 if blocks else None)
         if blocks and block_size:
@@ -295,6 +306,7 @@ class AdmissionController:
         self._dispatch.dispatch()
 
     def _wake(self, waiter: Waiter, reservation: Reservation) -> None:
+        self._checks.admitted(waiter, reservation.engine)
         # Only a queued waiter is admitted, and every queued waiter's future
         # is pending: one that was drained or expired left the queue then.
         self._futures[waiter].set_result(reservation)
@@ -304,6 +316,25 @@ class AdmissionController:
             future = self._futures.get(waiter)
             if future is not None and not future.done():
                 future.set_exception(self._expired_error(waiter))
+
+    def _evict(self, evictions: list[Eviction]) -> None:
+        """Stop each request evicted for a higher class: its client is told
+        when to come back; whether it made the room is confirmed at its
+        engine's next report."""
+        now = time.monotonic()
+        for eviction in evictions:
+            victim = eviction.victim
+            if victim.stop is None or victim.released:
+                continue
+            told = self.policy.retry_after(now, victim.tokens)
+            self._checks.watch(eviction, self._running.get(eviction.engine))
+            victim.stop(
+                Evicted(
+                    "stopped to make room for a request of a higher class; retry after the"
+                    " time given",
+                    retry_after=told,
+                )
+            )
 
     def _expired_error(self, waiter: Waiter) -> OverCapacity:
         return OverCapacity(

@@ -9,8 +9,9 @@ background task makes them, in order, each after its hold; a change only
 wakes that task. While requests wait on what other replicas hold it looks
 again often, since their releases are not announced.
 
-Either way the controller is told whom to wake (``Wake``) and who waited
-past the deadline (``Expire``).
+Either way the controller is told whom to wake (``Wake``), who waited
+past its objective (``Expire``) and what running request to stop for a
+higher class (``Evict``).
 """
 
 import asyncio
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from app.admission.budget import Reservation
+from app.admission.eviction import Eviction
 from app.admission.fairqueue import Waiter
 from app.admission.policy import AdmissionPolicy
 from app.admission.shared import SharedBudgets
@@ -26,6 +28,7 @@ from app.state.redis import raise_if_cancelled
 
 Wake = Callable[[Waiter, Reservation], None]
 Expire = Callable[[list[Waiter]], None]
+Evict = Callable[[list[Eviction]], None]
 
 # How often a replica with requests waiting re-reads the fleet's holdings.
 _LOOK_AGAIN = 0.1
@@ -51,10 +54,11 @@ class Dispatch(Protocol):
 
 
 class LocalDispatch:
-    def __init__(self, policy: AdmissionPolicy, wake: Wake, expire: Expire) -> None:
+    def __init__(self, policy: AdmissionPolicy, wake: Wake, expire: Expire, evict: Evict) -> None:
         self._policy = policy
         self._wake = wake
         self._expire = expire
+        self._evict = evict
         self._kick = asyncio.Event()
 
     def dispatch(self) -> None:
@@ -63,6 +67,7 @@ class LocalDispatch:
         for waiter, reservation in admitted:
             self._wake(waiter, reservation)
         self._expire(expired)
+        self._evict(self._policy.take_evictions())
 
     def released(self, reservation: Reservation) -> None:
         return None  # the policy's budget is the only one
@@ -91,11 +96,13 @@ class SharedDispatch:
         shared: SharedBudgets,
         wake: Wake,
         expire: Expire,
+        evict: Evict,
     ) -> None:
         self._policy = policy
         self._shared = shared
         self._wake = wake
         self._expire = expire
+        self._evict = evict
         self._kick = asyncio.Event()
         shared.on_view(self._kick.set)
 
@@ -123,6 +130,7 @@ class SharedDispatch:
                 await shared.refresh()
             self._kick.clear()
             await self._round()
+            self._evict(policy.take_evictions())
             shared.publish_waiting()
 
     async def _round(self) -> None:

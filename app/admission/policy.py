@@ -119,6 +119,7 @@ from typing import Literal
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.classes import ClassTable, default_table
+from app.admission.eviction import Eviction, Evictor
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
 from app.admission.recompute import EngineReading
@@ -153,6 +154,8 @@ class PolicyConfig:
     max_wait: float = default("queue_timeout")
     # The classes: rank, objective, sheddable, the engine's priority.
     classes: ClassTable = field(default_factory=default_table)
+    # Most requests stopped for a higher class, per engine and second.
+    evictions_per_second: float = default("evictions_per_second")
     max_retry_after: float = 60.0
     cold_turnover: float = 2.0
     # How long a request may wait for the engine that reports holding the
@@ -215,6 +218,12 @@ class AdmissionPolicy:
         # way there): what a request's objective must leave after it is
         # admitted.
         self.first_token_lag = 0.0
+        # Room made for higher classes (``app.admission.eviction``).
+        self.evictor = Evictor(self.config.evictions_per_second)
+        self._evictions: list[Eviction] = []
+        self._sheddable_ranks = frozenset(
+            c.rank for c in self.config.classes.values() if c.sheddable
+        )
 
     # --- engines ----------------------------------------------------------------
 
@@ -257,6 +266,7 @@ class AdmissionPolicy:
         if not front:
             self._refuse_if_full(waiter, now)
         waiter.round = self._round
+        waiter.sheddable = self.config.classes[waiter.priority].sheddable
         self.queue.add(waiter, front=front)
         self.forecast.drain.tick(now, backlog=True, in_flight=self.in_flight)
 
@@ -351,6 +361,7 @@ class AdmissionPolicy:
             if placed is not None:
                 budget, choice = placed
                 return Decision(waiter, budget, choice, now), expired
+            self._consider_eviction(waiter, now)
             full_models.add(waiter.model)
         # The end of a dispatch round. A waiter waiting for its prompt's
         # engine takes room elsewhere that no one behind it took, where
@@ -365,6 +376,23 @@ class AdmissionPolicy:
         self.forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         self._round += 1
         return None, expired
+
+    def _consider_eviction(self, waiter: Waiter, now: float) -> None:
+        """``waiter`` heads the order and fits nowhere: have a lower,
+        sheddable request stopped for it if it would otherwise miss its
+        objective (``app.admission.eviction``)."""
+        lower = [r for r in self._sheddable_ranks if r > waiter.rank]
+        if not lower or not any(b.live_by_rank[r] for b in self.engines.values() for r in lower):
+            return
+        left = self.time_left(waiter, now)
+        eviction = self.evictor.consider(waiter, self.engines.values(), left, now)
+        if eviction is not None:
+            self._evictions.append(eviction)
+
+    def take_evictions(self) -> list[Eviction]:
+        """The evictions decided since the last call (the controller stops them)."""
+        taken, self._evictions = self._evictions, []
+        return taken
 
     def _may_take(self, budget: EngineBudget) -> bool:
         """Whether a waiter for its prompt's engine may take room on ``budget``'s."""

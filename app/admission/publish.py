@@ -28,9 +28,16 @@ class AdmissionMetrics:
             m.kv_reserved.labels(label).set(budget.reserved_blocks * block)
             m.engine_in_flight.labels(label).set(budget.in_flight)
             m.engine_sequence_cap.labels(label).set(budget.max_sequences)
+            share = budget.recompute.share()
+            if share is not None:
+                m.recompute_share.labels(label).set(share)
             if budget.capacity_tokens is not None and budget.budget_blocks is not None:
                 m.kv_capacity.labels(label).set(budget.capacity_tokens)
                 m.kv_budget.labels(label).set(budget.budget_blocks * block)
+
+    def evicted(self, engine: str, outcome: str) -> None:
+        """An eviction's outcome, once its engine reported after it."""
+        self._metrics.evictions.labels(engine_label(engine), outcome).inc()
 
     def routed(self, reservation: Reservation) -> None:
         """Where an admitted request went, and what the router's choice was

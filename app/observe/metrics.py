@@ -249,6 +249,23 @@ class GatewayMetrics:
                 registry=r,
             )
         )
+        self.evictions = Counter(
+            "gateway_evictions",
+            "Running requests of a sheddable class stopped for a higher one that would miss"
+            " its objective: confirmed (the engine's running count did not grow and the"
+            " blocked request started there at its next report) or wasted.",
+            ["engine", "outcome"],
+            registry=r,
+        )
+        self.recompute_share = self._per_engine(
+            Gauge(
+                "gateway_engine_recompute_share",
+                "Of what the engine generated over the last readings, the share it computed"
+                " again after preemptions (an estimate; GATEWAY_PREEMPTION_BUDGET bounds it).",
+                ["engine"],
+                registry=r,
+            )
+        )
         self.draining = Gauge(
             "gateway_draining", "1 while the gateway drains before shutdown.", registry=r
         )

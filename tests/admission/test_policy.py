@@ -56,6 +56,7 @@ def add(p: AdmissionPolicy, w: Waiter) -> Waiter:
     (as the controller does)."""
     if math.isinf(w.objective):
         w.objective = p.config.classes[w.priority].objective
+    if math.isinf(w.deadline):
         w.deadline = w.arrival + w.objective
     p.enqueue(w, now=w.arrival)
     return w
