@@ -13,8 +13,6 @@ from tests.support.wait import wait_for
 
 COMPLETIONS = "/v1/completions"
 HIGH = {"x-priority": "high", "x-slo-ttft-ms": "2000"}
-# One sequence at once; low is sheddable by default.
-ONE = {"max_concurrency": 1, "refill_lead_max": 0}
 
 
 async def low_stream(gateway: InProcessGateway) -> tuple[Exchange, EngineCall]:
@@ -30,7 +28,7 @@ async def low_stream(gateway: InProcessGateway) -> tuple[Exchange, EngineCall]:
 
 
 async def test_a_running_low_stream_is_stopped_for_a_high_request_that_would_miss() -> None:
-    async with in_process_gateway(**ONE) as gateway:
+    async with in_process_gateway(max_concurrency=1, refill_lead_max=0) as gateway:
         low, call = await low_stream(gateway)
         call.send(chunk("a"))
         await low.wait_for(lambda e: b'"a"' in e.body)
@@ -41,7 +39,8 @@ async def test_a_running_low_stream_is_stopped_for_a_high_request_that_would_mis
         await low.done()
         error = final_error(low)
         assert error["code"] == "evicted"
-        assert isinstance(error["retry_after"], int) and error["retry_after"] >= 1
+        assert isinstance(error["retry_after"], int)
+        assert error["retry_after"] >= 1
         await call.wait_closed()
         assert gateway.metric("gateway_rejections_total", reason="evicted") == 1
         second.answer(
@@ -57,7 +56,7 @@ async def test_a_running_low_stream_is_stopped_for_a_high_request_that_would_mis
 
 
 async def test_a_whole_answer_stopped_for_a_higher_class_is_a_429_with_retry_after() -> None:
-    async with in_process_gateway(**ONE) as gateway:
+    async with in_process_gateway(max_concurrency=1, refill_lead_max=0) as gateway:
         low = gateway.request(
             COMPLETIONS,
             {"model": MODEL, "prompt": "hi", "max_tokens": 1000},
@@ -77,7 +76,7 @@ async def test_a_whole_answer_stopped_for_a_higher_class_is_a_429_with_retry_aft
 
 async def test_a_normal_request_is_never_stopped() -> None:
     """Normal is not sheddable: the high request waits for it."""
-    async with in_process_gateway(**ONE) as gateway:
+    async with in_process_gateway(max_concurrency=1, refill_lead_max=0) as gateway:
         exchange = gateway.request(
             COMPLETIONS,
             {"model": MODEL, "prompt": "hi", "max_tokens": 1000, "stream": True},
