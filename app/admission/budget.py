@@ -221,6 +221,8 @@ class EngineBudget:
             "refill_learning": self.refill.learning,
             "paced_step_seconds": self.pace.step() if self.pace.open else None,
             "inter_token_seconds": self.itl.seconds_per_token,
+            "recompute_share": self.recompute.share(),
+            "preemption_budget": self.config.preemption_budget,
             "max_sequences": self.max_sequences,
             "in_flight": self.in_flight,
             "running_sequences": self.running_sequences,

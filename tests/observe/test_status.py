@@ -70,6 +70,18 @@ async def test_status_shows_the_engines_budget_and_the_queue_by_tenant(tmp_path:
         assert body["keys"]["keys"] == 1
         assert body["keys"]["reload_failures"] == 0
         assert body["shared_state"] is None
+        # The classes, each promising the queue's deadline unless set.
+        assert body["classes"]["high"] == {
+            "rank": 0,
+            "objective_seconds": 30.0,
+            "sheddable": False,
+            "engine_priority": -1,
+        }
+        assert body["classes"]["low"]["sheddable"] is True
+        assert body["engine_scheduling"] == "fcfs"
+        # What admission learned of the engine: nothing completed yet.
+        assert seen["inter_token_seconds"] is None
+        assert seen["recompute_share"] is None
 
         call.answer(200, ANSWER)
         (await asyncio.wait_for(engine.calls.get(), timeout=30)).answer(200, ANSWER)
