@@ -198,15 +198,22 @@ showcase: setup
 	$(VENV)/bin/python -m benchmarks.showcase
 
 # Benchmarks that start their own engines, gateways and Redis (after waiting
-# for a quiet machine), print tables and write result.json, tables.md and
-# every process's log under reports/ (docs/benchmarks.md has the figures and
-# how they were made). `make bench` is admission control. BENCH_ARGS passes
+# for a quiet machine), print tables and write result.json, tables.md, every
+# process's log and summary.md under reports/ (docs/benchmarks.md has the
+# figures and how they were made; `make keep` keeps a run's summary). `make bench` is admission control. BENCH_ARGS passes
 # options (--help lists them): --out DIR writes there, --quiet-wait 0 does not
 # wait, --gateway-src DIR runs the gateway from another source tree, e.g. a
 # git worktree of an older commit.
 .PHONY: bench-overhead bench-limits bench-prefix bench-shared-state bench-adapters
 bench: setup
 	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
+
+# Keep a run: its summary into results/, its stamp into results/measurements.yaml
+# (its raw results stay under reports/, which git ignores; results/README.md):
+# make keep RUN=reports/<run> AS=results/<area>/<name> [NOTE="what it shows"]
+.PHONY: keep
+keep: $(VENV)/.ready
+	$(VENV)/bin/python -m benchmarks.keep $(RUN) $(AS) $(if $(NOTE),--note "$(NOTE)")
 
 # The benchmarks' own extra (vllm-router, the peer bench-overhead runs beside
 # the gateway), installed into the dev venv the first time it is needed.
