@@ -180,8 +180,9 @@ clean:
 	rm -rf $(VENV) $(ENGINE_VENV) $(TRACES_VENV) .models reports
 
 # Experiments on batching and KV-cache capacity against the running stack
-# (`make up` in another terminal; nothing is started here): a table, a plot
-# and the data per experiment in docs/experiments/. EXPERIMENT: batching,
+# (`make up` in another terminal; nothing is started here): a page (the run's
+# summary), a plot and the data per experiment under reports/experiments-<time>/
+# (`make keep` keeps a page in results/experiments/). EXPERIMENT: batching,
 # sweep, capacity, degradation or all; ENGINE_URL, EXPERIMENTS_GATEWAY_URL and
 # PROMETHEUS_URL point it at a stack on other ports; EXPERIMENTS_ARGS passes
 # options (--help lists them).
@@ -191,8 +192,11 @@ experiments: $(VENV)/.ready
 
 # The showcase re-measured at the current commit: make up's stack started,
 # the degradation shape direct and through the gateway, the dashboards and
-# the live page, the experiments and the capacity surface, written into
-# docs/load and docs/experiments and stamped; the stack stopped.
+# the live page, the experiments and the capacity surface; raw results under
+# reports/showcase-<time>/, the summaries kept in results/load and
+# results/experiments, their pictures in docs/load and docs/experiments; the
+# stack stopped. It first checks for what it needs beyond `make setup`
+# (prometheus, chromium) and names the package that gives what is missing.
 .PHONY: showcase
 showcase: setup
 	$(VENV)/bin/python -m benchmarks.showcase
