@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from benchmarks.summary.kinds import kind_of
 from benchmarks.summary.page import SUMMARY_NAME, read_stamp
 from benchmarks.summary.write import stamp_of, summary
 
@@ -17,7 +18,7 @@ def rewrite(run: Path) -> Path:
     path = run / SUMMARY_NAME
     old = read_stamp(path.read_text()) if path.exists() else None
     stamp = old or stamp_of(result, command="(not recorded: the summary was written afterwards)")
-    title = f"{result.get('benchmark', 'run')}: {run.name}"
+    title = f"{kind_of(result)}: {run.name}"
     path.write_text(summary(title, result, tables, stamp))
     return path
 

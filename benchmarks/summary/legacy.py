@@ -162,7 +162,7 @@ def stamp_of(run: Legacy) -> Stamp:
     )
 
 
-def render(run: Legacy, source: Path) -> str:
+def render(run: Legacy) -> str:
     stamp = stamp_of(run)
     title = run.summary.removeprefix("results/").removesuffix(".md")
     if run.body:
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     entries: list[dict[str, Any]] = listed["measurements"]
     stamps = []
     for run in plan(args.source, entries, args.raw_commit):
-        text = render(run, args.source)
+        text = render(run)
         path = args.out / run.summary
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
