@@ -5,6 +5,9 @@ the experiments themselves run against a stack."""
 
 from pathlib import Path
 
+import pytest
+
+from benchmarks.experiments import output
 from benchmarks.experiments.__main__ import parse_args, shown_command
 from benchmarks.experiments.burst import Run, median_run
 from benchmarks.experiments.degradation import choose_steps
@@ -71,12 +74,16 @@ def test_a_run_writes_under_reports_not_into_docs() -> None:
     assert default_out().parent.name == "reports"
 
 
-def test_a_page_is_stamped_as_a_runs_summary(tmp_path: Path) -> None:
+def test_a_page_is_stamped_as_a_runs_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit of the tree it ran from, as git would give it (no git here).
+    monkeypatch.setattr(output, "source_commit", lambda src: "abc1234 Docs: a subject")
     page = tmp_path / "sweep-24-blocks.md"
     page.write_text("# The n-sweep\n\n| n |\n|---|\n")
     stamp_page(page, "python -m benchmarks.experiments sweep", "2 cores, load average 0.5")
     stamp = read_stamp(page.read_text())
     assert stamp is not None
-    assert stamp.command == "python -m benchmarks.experiments sweep"
+    assert (stamp.commit, stamp.command) == ("abc1234", "python -m benchmarks.experiments sweep")
     assert stamp.layout.startswith("the running stack's")
     assert page.read_text().rstrip().endswith("| n |\n|---|")

@@ -43,9 +43,11 @@ def test_every_link_lands(page: Path) -> None:
     assert broken_links(page) == []
 
 
-@pytest.mark.skipif(not has_history(), reason="a shallow checkout: no history to look in")
+@pytest.mark.live  # git: the history (not in `make test-unit`)
 @pytest.mark.parametrize("page", linked_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_reference_into_the_history_lands(page: Path) -> None:
+    if not has_history():
+        pytest.skip("a shallow checkout: no history to look in")
     missing = [
         f"{commit}:{path}"
         for commit, path in history_references(page.read_text())
