@@ -197,9 +197,14 @@ experiments: $(VENV)/.ready
 # results/experiments, their pictures in docs/load and docs/experiments; the
 # stack stopped. It first checks for what it needs beyond `make setup`
 # (prometheus, chromium) and names the package that gives what is missing.
-.PHONY: showcase
-showcase: setup
+.PHONY: showcase showcase-needs
+showcase: showcase-needs setup
 	$(VENV)/bin/python -m benchmarks.showcase
+
+# What the showcase needs beyond `make setup`, named before anything is set up
+# (the standard library alone: no virtualenv needed yet).
+showcase-needs:
+	@$(PYTHON) -m benchmarks.showcase_needs
 
 # Benchmarks that start their own engines, gateways and Redis (after waiting
 # for a quiet machine), print tables and write result.json, tables.md, every

@@ -1,10 +1,10 @@
 """``make showcase``: re-measure what the showcase shows, at the current commit.
 
 First checks that the machine has what it needs beyond ``make setup``
-(Prometheus, whose data the dashboards are drawn from; chromium, which takes
-the live page's picture) and stops at once, naming what is missing and the
-package that gives it. Then starts ``make up``'s stack with its defaults
-(one engine of the tiny model, the gateway, Prometheus) and runs, in order:
+(``benchmarks.showcase_needs``: Prometheus, chromium) and stops at once,
+naming what is missing and the package that gives it. Then starts ``make
+up``'s stack with its defaults (one engine of the tiny model, the gateway,
+Prometheus) and runs, in order:
 
 1. the degradation shape under locust straight at vLLM, then through the
    gateway (``make load``), and their comparison (``make load-compare``);
@@ -33,16 +33,14 @@ from pathlib import Path
 
 from benchmarks.harness import MachineState, machine_note, machine_state
 from benchmarks.keep import keep
+from benchmarks.showcase_needs import missing
 from benchmarks.summary.page import Stamp, restamp
 from deploy.local import ROOT, ManagedProcess
-from loadtests.live_page import LivePageWatcher
 
 COMMAND = "make showcase"
 PICTURES = ROOT / "docs"
 GATEWAY = "http://127.0.0.1:8000"
 PROMETHEUS = "http://127.0.0.1:9090"
-# What the showcase needs beyond `make setup`, as (command, the Debian package that gives it).
-NEEDS = (("prometheus", "prometheus"),)
 LAYOUT = (
     "`make up`'s stack: the engine on {cpus}, the gateway on the cores it leaves, Prometheus and"
     " the load client not pinned"
@@ -52,20 +50,6 @@ LOAD_PAGES = {
     "degradation-gateway": "the degradation shape through the gateway",
     "direct-vs-gateway": "the two degradation runs side by side",
 }
-
-
-def missing() -> list[str]:
-    """What the showcase needs and this machine lacks, each with the package
-    that gives it (empty: nothing)."""
-    lacking = [
-        f"`{command}` (apt-get install {package})"
-        for command, package in NEEDS
-        if shutil.which(command) is None
-    ]
-    no_picture = LivePageWatcher.available()
-    if no_picture:
-        lacking.append(f"the live page's picture: {no_picture}")
-    return lacking
 
 
 def git(*args: str) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmarks import showcase
+from benchmarks import showcase, showcase_needs
 from benchmarks.summary.page import read_stamp
 
 MANIFEST = """measurements:
@@ -39,6 +39,20 @@ def test_without_prometheus_it_stops_at_once_naming_the_package(
     assert "`prometheus` (apt-get install prometheus)" in err
 
 
+def test_what_it_needs_is_checked_before_make_setup_with_no_virtualenv(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `make showcase-needs` runs this module with the system's python3.
+    source = Path(showcase_needs.__file__).read_text()
+    imported = {
+        line.split()[1] for line in source.splitlines() if line.startswith(("import", "from"))
+    }
+    assert imported == {"shutil", "sys", "loadtests.live_page"}
+    monkeypatch.setenv("PATH", "")
+    assert showcase_needs.main() == 2
+    assert "`prometheus` (apt-get install prometheus)" in capsys.readouterr().err
+
+
 def test_with_prometheus_on_the_path_nothing_of_it_is_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -46,7 +60,7 @@ def test_with_prometheus_on_the_path_nothing_of_it_is_missing(
     binary.write_text("#!/bin/sh\n")
     binary.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert not any("prometheus" in need for need in showcase.missing())
+    assert not any("prometheus" in need for need in showcase_needs.missing())
 
 
 def test_each_page_is_kept_stamped_and_the_other_runs_stay(tmp_path: Path) -> None:
