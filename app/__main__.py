@@ -1,8 +1,8 @@
-"""``python -m app``: the ``vllm-gateway`` command (app/cli.py)."""
+"""``python -m app``: the ``vllm-gateway`` command (app/serve/cli.py)."""
 
 import sys
 
-from app.cli import main
+from app.serve.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,14 +12,14 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.api import adapters, completions, health, live, responses, status, tokens
+from app.api import adapters, completions, health, live, status, stored_responses, tokens
 from app.api.entry import Gateway
 from app.api.ports import PortRouter
-from app.drain import Drain
-from app.errors import FrameworkError, InternalError, InvalidRequest
-from app.request_id import RequestIdMiddleware
-from app.responses import error_response
-from app.services import build_services
+from app.request.error_responses import error_response
+from app.request.errors import FrameworkError, InternalError, InvalidRequest
+from app.serve.drain import Drain
+from app.serve.request_id import RequestIdMiddleware
+from app.serve.services import build_services
 from app.settings import Settings, get_settings
 from app.tokens.counter import counting_note
 
@@ -81,7 +81,7 @@ def create_app(
         app.add_middleware(PortRouter, admin_port=settings.admin_port)
     app.include_router(completions.router)
     app.include_router(tokens.router)
-    app.include_router(responses.router)
+    app.include_router(stored_responses.router)
     app.include_router(health.router)
     if settings.admin_port is not None:
         # It names tenants and engines: never on the public port.

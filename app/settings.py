@@ -66,15 +66,15 @@ class Settings(BaseSettings):
     # Prefix routing on KV cache events: how long a request may wait for the
     # engine that holds the most of its prompt while another has room,
     # seconds. It waits only while others take that room (an idle engine
-    # it takes: ``routing_affinity_steal``); measured at or above no wait on every mix
-    # of the prefix benchmark, and far above where the documents overflow
-    # one engine's cache (docs/benchmarks.md). 0: it goes elsewhere at once.
+    # it takes: ``routing_affinity_steal``): waiting for the holder beats
+    # computing the prompt again elsewhere where the documents overflow one
+    # engine's cache (docs/benchmarks.md). 0: it goes elsewhere at once.
     routing_affinity_wait: float = Field(10.0, ge=0)
     # What room such a waiting request takes elsewhere: only an ``idle``
     # engine's (nothing in flight there: its prompt evicts no running
     # request's cached prompt), or any room no one behind it took in a
-    # dispatch round (``room``). ``idle`` measured at or above ``room`` on
-    # every mix of the prefix benchmark (docs/benchmarks.md).
+    # dispatch round (``room``). ``idle`` evicts no running request's cached
+    # prompt (docs/benchmarks.md compares them).
     routing_affinity_steal: Literal["room", "idle"] = "idle"
     # Prefix routing on KV cache events: where a prefix no engine holds is
     # computed — on the ``least_loaded`` engine, remembered as its home
@@ -114,7 +114,7 @@ class Settings(BaseSettings):
     model_aliases: str | None = None
 
     # Connections: at most ``max_connections`` open; a request head must
-    # arrive within ``head_timeout`` seconds (app/connections.py).
+    # arrive within ``head_timeout`` seconds (app/serve/connections.py).
     max_connections: int = Field(4096, ge=1)
     head_timeout: float = Field(10.0, gt=0)
     # Requests whose body is being read or checked, before admission;
@@ -144,7 +144,7 @@ class Settings(BaseSettings):
 
     # The Responses API: which engine holds which response, remembered for
     # at most this many responses, each for this many seconds
-    # (app/response_ids.py).
+    # (app/request/response_ids.py).
     responses_remembered: int = Field(100_000, ge=0)
     responses_remember_seconds: float = Field(86_400.0, gt=0)
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from app.promtext import total
+from app.observe.promtext import total
 from benchmarks.harness import (
     Bench,
     Call,

@@ -14,7 +14,7 @@ with the reason; tests/deploy/test_compose_settings.py checks the rest reach
 the gateway.
 
 Traces are configured by OpenTelemetry's own variables, which the SDK reads
-(app/tracing.py, docs/traces.md), not by settings. The stack passes the few
+(app/observe/tracing.py, docs/traces.md), not by settings. The stack passes the few
 below with its own defaults: every request traced, the spans sent over
 OTLP/HTTP to the stack's trace backend (the ``traces`` service);
 ``OTEL_SDK_DISABLED=true`` turns them off, in the engines too.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from app.promtext import Sample, parse, total
+from app.observe.promtext import Sample, parse, total
 
 Samples = list[Sample]
 

@@ -39,8 +39,8 @@ import honcho.manager
 import yaml
 from honcho.manager import Manager
 
+from app.observe.tracing import tracing_wanted
 from app.settings import Settings
-from app.tracing import tracing_wanted
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE_BACKEND = ROOT / ".venv-traces" / "bin" / "phoenix"

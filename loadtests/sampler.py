@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from app.promtext import parse, total
+from app.observe.promtext import parse, total
 
 ENGINE = (
     "vllm:num_requests_running",

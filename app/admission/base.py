@@ -11,13 +11,13 @@ from app.admission.pace import Progress
 from app.admission.refill import HandingOn
 from app.engine.stats import EngineStats
 from app.engine.view import EngineView, adapters_of
-from app.errors import EngineUnavailable
-from app.identity import Identity
-from app.record import RequestRecord
+from app.request.errors import EngineUnavailable
+from app.request.identity import Identity
+from app.request.record import RequestRecord
+from app.request.validation import CompletionJob
 from app.routing.base import Choice, EngineLoad, RouteRequest
 from app.routing.prefix_key import PromptKeys
 from app.routing.router import Router
-from app.validation import CompletionJob
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,9 @@ from app.admission.refill import HandingOn
 from app.admission.shared import SharedBudgets
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.engine.view import EngineView
-from app.errors import Draining, OverCapacity
-from app.metrics import GatewayMetrics
-from app.record import RequestRecord
+from app.observe.metrics import GatewayMetrics
+from app.request.errors import Draining, OverCapacity
+from app.request.record import RequestRecord
 from app.routing.router import Router
 from app.settings import Settings
 from app.state.fleet import FleetState
@@ -92,7 +92,7 @@ class AdmissionController:
             self._dispatch = LocalDispatch(self.policy, self._wake, self._expire)
         else:
             self._dispatch = SharedDispatch(self.policy, self._shared, self._wake, self._expire)
-        # The gauges are written from the policy when scraped (``app.on_collect``).
+        # The gauges are written from the policy when scraped (``app.observe.on_collect``).
         metrics.on_collect(self._publish)
 
     @property

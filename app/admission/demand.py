@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 
 from app.admission.estimate import PromptTokenEstimator
-from app.errors import TooLong
-from app.routes import ROUTES
-from app.validation import CompletionJob, Prompt
+from app.request.errors import TooLong
+from app.request.routes import ROUTES
+from app.request.validation import CompletionJob, Prompt
 
 # A text prompt has at least this share of its estimated tokens.
 CERTAIN_SHARE = 0.5

@@ -13,7 +13,7 @@ own count on the load-test corpus is checked by a test.
 
 from dataclasses import dataclass
 
-from app.routes import ROUTES, Route
+from app.request.routes import ROUTES, Route
 
 _DEFAULT_CHARS_PER_TOKEN = 4.0
 _MIN_SAMPLES = 8

@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from app.admission.pace import Life
-from app.identity import PRIORITIES
+from app.request.identity import PRIORITIES
 from app.routing.block_index import PromptBlocks
 
 

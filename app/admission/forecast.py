@@ -39,9 +39,9 @@ A backlog's first turnover counts from the first request to end in it, not
 from its start: before that nothing could drain. Where starts are paced
 (``app.admission.pace``) this matters: admissions are then also made into
 room the cache's future leaves, not one for each end, so the turnover's
-count is reached with the whole first life inside its span — on the
-48-block engine the first backlog read as a drain slow enough to refuse 27
-users, told 29 s, whom the engine served within the deadline direct.
+count is reached with the whole first life inside its span, and the first
+backlog reads as a drain slow enough to refuse users whom the engine serves
+within the deadline direct.
 Counted from the first end, requests that end together read fast for their
 first turnover (a wave's admissions over the wave's width): fewer refusals,
 never more, until the next turnover measures a whole life.
@@ -52,11 +52,9 @@ admission before them (for a backlog's first turnover, from its start) to
 the last. Requests that started together end together, so a backlog drains
 in waves a request's length apart; a measure over all of a backlog's time,
 or decayed over it, counts the time into the current gap before the wave
-that ends it, and reads the engine up to a third slower between two waves
-than it is (a simulated burst of 256 users on 128 sequences: predicted
-waits 6.0 s at the median, 8.1 s at most, where requests waited 4.5 and 5.0
-s). A turnover's span is one request's life at any point of the wave, and
-predicts those waits within a few percent.
+that ends it, and reads the engine slower between two waves than it is. A
+turnover's span is one request's life at any point of the wave, and
+predicts those waits closely.
 
 *Refusing only when sure.* Even so a forecast is refused on only when its
 predicted wait is past the deadline by more than a fifth (``SURE``). A

@@ -11,7 +11,7 @@ from app.admission.base import AdmissionRequest
 from app.admission.budget import Reservation
 from app.admission.pace import Progress
 from app.admission.refill import HandingOn
-from app.record import RequestRecord
+from app.request.record import RequestRecord
 from app.routing.base import Choice
 
 # Gives a reservation back, with (prompt, output) tokens a completed request used.

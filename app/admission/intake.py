@@ -14,12 +14,10 @@ that will be handed on with it: the engine's admissions within
 ``COHORT_SECONDS`` of its own (streams admitted together with the same
 ``max_tokens`` end together).
 
-Measured (docs/benchmarks.md, the first turnover): a fresh gateway's first
-batch of 128 arrived on an idle engine within 0.7 s of its admission, and the
-successors its places were handed on to reached their first token 1.2 s
-(median) and 1.8 s (p90) after they were admitted — the same number of
-requests took 1.75–2.6 times as long into an engine running a full batch.
-``MARGIN`` covers that; the caller's bound (``refill_ahead_seconds``) caps
+The same number of requests takes longer into an engine running a full
+batch than into an idle one (docs/benchmarks.md, the first turnover), and a
+stream's travel is measured on the first: ``MARGIN`` covers the difference;
+the caller's bound (``refill_ahead_seconds``) caps
 it. Where streams admitted together do not end together, the count
 overstates and a stream hands on earlier, never beyond that bound.
 """

@@ -4,12 +4,11 @@ it. No I/O; the time is given.
 A sequence holds ``ceil((prompt + written + 1) / block)`` blocks while its
 engine writes its output, and frees them all at its end. Each reserved at its
 worst case, requests admitted together end together, and the cache then holds
-as many as fit at their largest at once: 15 of the overload benchmark's
-requests on 47 blocks of 128. Spread over their lives they hold 1, 2 or 3
-blocks each, 2.15 on average, and the same cache runs 21 without a
-preemption (``benchmarks.overhead.bound``). Admitting while the cache's
-*future* peak fits does not spread them on its own: a batch freed at once is
-refilled at once.
+as many as fit at their largest at once. Spread over their lives they hold
+about half that each on average, and the same cache runs more of them
+without a preemption (``benchmarks.overhead.bound`` computes that bound).
+Admitting while the cache's *future* peak fits does not spread them on its
+own: a batch freed at once is refilled at once.
 
 So where the cache binds, starts are paced: one every ``gap`` engine steps —
 a sequence's life over what the budget holds of them on average — each only
@@ -28,8 +27,8 @@ admitted whose first token has not come back may have started any time
 since its admission: it holds from then on, and frees no sooner than if it
 started now.
 
-What it reaches, against the bound and the worst-case reservations, is
-measured in docs/benchmarks.md; pacing applies only where the cache binds,
+What it reaches against the bound and the worst-case reservations is in
+docs/benchmarks.md; pacing applies only where the cache binds,
 so an engine whose sequence cap binds first admits as before.
 """
 

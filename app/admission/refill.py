@@ -9,8 +9,8 @@ freed slot is refilled only after the finished stream's end has come through
 the relay and the next request has travelled to the engine — its API server
 renders and tokenizes it, its scheduler takes it at the next step. vLLM
 direct has no such gap: its own queue holds the next request, already
-prepared. Under overload the gap was measured at 111–116 sequences running
-of 128 through the gateway (124–125 direct).
+prepared, so under overload fewer sequences run through the gateway than
+direct unless something fills the gap.
 
 So each engine has a *lead*: sequences admitted beyond its cap, which wait in
 the engine's own queue and fill a slot the step it frees. The lead follows
@@ -36,35 +36,31 @@ a second under overload — and once admitted, its deadline no longer applies.
 *Handing on.* The lead follows what once-a-second ticks can see. Streams
 admitted together with the same ``max_tokens`` also end together — the
 same step, when answers run to their bound — and a whole batch's slots then
-empty at once: measured at 30 reads a second under overload (256 users,
-``max_tokens`` 256, 128 sequences), the engine ran 0–60 sequences for
-0.4–2.6 s at every batch's end while the next batch travelled through the
-gateway and the engine's API server; direct, the engine's queue held it
-ready. So a stream that will reach its ``max_tokens`` soon, at the pace it
-has kept, hands its sequence slot on (``Hold.hand_on``): the next request
-is admitted then, waits in the engine's queue, and starts the step the
-stream ends. How soon is what the refills travel, as measured: a
+empty at once: the engine then runs a fraction of its sequences at every
+batch's end while the next batch travels through the gateway and the
+engine's API server; direct, the engine's queue holds it ready. So a
+stream that will reach its ``max_tokens`` soon, at the pace it has kept,
+hands its sequence slot on (``Hold.hand_on``): the next request is
+admitted then, waits in the engine's queue, and starts the step the stream
+ends. How soon is what the refills travel, as measured: a
 batch's places handed on together send their successors to the engine's
 API server at once, and it takes them in one after another, so a stream
-hands on three times the intake of the places handed on with it
-(``app.admission.intake``), at most ``refill_ahead_seconds`` — tens of
-milliseconds for a lone stream, a second or more here while a whole batch
-travels at once (twice one request's mean travel, as before, handed a fresh
-gateway's first batch on 0.70 s ahead and its successors came 0.52 s late).
-The pace
+hands on a margin times the intake of the places handed on with it
+(``app.admission.intake``), at most ``refill_ahead_seconds``: little for a
+lone stream, much more while a whole batch travels at once (one request's
+travel alone handed a fresh gateway's first batch on too late). The pace
 counts once measured over half that time: a stream's first tokens can come
 in one read, and their pace of nothing handed a place on at once. Tokens
 are counted from the events sent, times the tokens an event carried in the
-engine's completed streams: under overload it puts several in one (181–232
-events for 256 tokens, measured), and counted one an event, more than half
-the streams never came within the time ahead of their bound. Until an
+engine's completed streams: under overload it puts several in one, and
+counted one an event, most streams would never come within the time ahead
+of their bound. Until an
 engine's first ``FIRST_STREAMS`` streams have completed (``learning``), the
 chat and completion streams that may go to it ask it for their usage in
 every chunk (vLLM's continuous usage stats, cut out again for the client:
 ``app.relay.exact``) and count their tokens from it, so a fresh gateway's
 first batch hands its places on when it aims to (counting one token an
-event it did so later: 0.55 s before its streams' end against 0.90 s, in
-one measured round). The mean is the plain average of those first streams,
+event, it did so too late). The mean is the plain average of those first streams,
 a running mean after (moved a tenth of the way from one token an event, a
 fresh gateway's second batch counted little more than one), and a stream
 reads it whenever it checks. Its blocks stay held until it ends, so the KV

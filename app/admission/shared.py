@@ -30,8 +30,8 @@ from redis.exceptions import RedisError
 from app.admission.budget import EngineBudget, Reservation
 from app.admission.policy import AdmissionPolicy, Decision
 from app.engine.monitor import engine_label
-from app.identity import PRIORITIES
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
+from app.request.identity import PRIORITIES
 from app.state.fleet import FleetState, Holding
 
 log = logging.getLogger("gateway.admission")

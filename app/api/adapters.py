@@ -16,10 +16,10 @@ from starlette.responses import JSONResponse, Response
 from app.api.deps import ServicesDep
 from app.engine.adapters import EngineAnswer, chosen, load_adapter, unload_adapter
 from app.engine.monitor import EngineMonitor
-from app.errors import EngineUnavailable, GatewayError, InvalidRequest
-from app.request_id import current_request_id
-from app.responses import error_response
-from app.validation import read_json_body
+from app.request.error_responses import error_response
+from app.request.errors import EngineUnavailable, GatewayError, InvalidRequest
+from app.request.validation import read_json_body
+from app.serve.request_id import current_request_id
 
 router = APIRouter(prefix="/adapters")
 

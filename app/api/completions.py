@@ -2,7 +2,7 @@
 ``/v1/models/{model}``.
 
 The admitted routes (chat, completions, responses, embeddings) are taken at
-the entry (``app.api.entry``); a stored response's are ``app.api.responses``."""
+the entry (``app.api.entry``); a stored response's are ``app.api.stored_responses``."""
 
 import time
 from collections.abc import Callable
@@ -12,9 +12,9 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.deps import ServicesDep
-from app.errors import EngineUnavailable, GatewayError, ModelNotFound
 from app.keys.identify import authenticate
-from app.responses import error_response
+from app.request.error_responses import error_response
+from app.request.errors import EngineUnavailable, GatewayError, ModelNotFound
 
 router = APIRouter(prefix="/v1")
 

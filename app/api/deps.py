@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.services import Services
+from app.serve.services import Services
 
 
 def get_services(request: Request) -> Services:

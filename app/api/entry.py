@@ -1,4 +1,4 @@
-"""The ASGI entry point: the admitted API routes (``app.routes``) go straight
+"""The ASGI entry point: the admitted API routes (``app.request.routes``) go straight
 to the pipeline; everything else goes through FastAPI.
 
 Every ASGI message a route sends passes through the send wrapper of each
@@ -26,12 +26,12 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from app.errors import MethodNotAllowed, NotServed
-from app.pipeline import serve_completion
-from app.request_id import HEADER, current_request_id, pick_request_id
-from app.responses import error_response
-from app.routes import ApiRoute, route_at
-from app.services import Services
+from app.request.error_responses import error_response
+from app.request.errors import MethodNotAllowed, NotServed
+from app.request.pipeline import serve_completion
+from app.request.routes import ApiRoute, route_at
+from app.serve.request_id import HEADER, current_request_id, pick_request_id
+from app.serve.services import Services
 
 NOT_RELAYED = {
     "/v1/realtime": "vLLM's realtime transcription (a WebSocket session on a realtime speech"

@@ -7,8 +7,8 @@ there)."""
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import NotFound
-from app.responses import error_response
+from app.request.error_responses import error_response
+from app.request.errors import NotFound
 
 ADMIN_PATHS = frozenset({"/metrics", "/status", "/live", "/adapters/load", "/adapters/unload"})
 

@@ -1,10 +1,10 @@
-"""``/status`` on the admin port (see ``app.status``)."""
+"""``/status`` on the admin port (see ``app.observe.status``)."""
 
 from fastapi import APIRouter
 from starlette.responses import JSONResponse, Response
 
 from app.api.deps import ServicesDep
-from app.status import gateway_status
+from app.observe.status import gateway_status
 
 router = APIRouter()
 

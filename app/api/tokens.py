@@ -18,19 +18,19 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.deps import ServicesDep
-from app.errors import (
+from app.keys.file import KeyEntry
+from app.keys.identify import authenticate
+from app.request.error_responses import error_response
+from app.request.errors import (
     EngineUnavailable,
     ErrorShape,
     GatewayError,
     InvalidRequest,
     ModelNotFound,
 )
-from app.keys.file import KeyEntry
-from app.keys.identify import authenticate
-from app.request_id import current_request_id
-from app.responses import error_response
-from app.services import Services
-from app.validation import read_json_body
+from app.request.validation import read_json_body
+from app.serve.request_id import current_request_id
+from app.serve.services import Services
 
 router = APIRouter()
 

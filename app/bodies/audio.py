@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from app.bodies.base import Parsed, Prompt, refused
 from app.bodies.forms import Upload
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 __all__ = ["ENCODER_POSITIONS", "audio_seconds", "parse_audio", "windows_of"]
 

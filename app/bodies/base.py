@@ -4,7 +4,7 @@ Each API route reads its own body (``app.bodies.completions``,
 ``app.bodies.responses``, ``app.bodies.embeddings``) into one ``Parsed``:
 the model, whether it streams, its output bound and its prompts. The checks
 every route shares (the model exists, the output fits the context, the batch
-size) are ``app.validation``'s, on the ``Parsed`` alone.
+size) are ``app.request.validation``'s, on the ``Parsed`` alone.
 """
 
 from dataclasses import dataclass
@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from app.bodies.base import Parsed, Prompt, refused
 from app.bodies.completions import ChatMessage, chat_text
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 
 class _BatchChatBody(BaseModel):

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.bodies.base import Parsed, Prompt, refused
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 
 class _StreamOptions(BaseModel):

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from app.bodies.base import Parsed, refused
 from app.bodies.completions import prompts_of
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 
 class _EmbeddingBody(BaseModel):

@@ -1,11 +1,11 @@
 """Multipart form bodies (``multipart/form-data``): the audio routes' uploads.
 
 A form is read, once its bytes are in (bounded as a JSON body is:
-``app.validation.read_body``), by Starlette's parser over python-multipart,
+``app.request.validation.read_body``), by Starlette's parser over python-multipart,
 into a dict as a JSON body would be: each field's value as its text (a list
 when the field repeats), the uploaded file as an ``Upload``. The engine gets
 the form encoded again from that dict, so that the fields the gateway owns
-(``app.owned_fields``) are stripped or set on a form as on JSON.
+(``app.request.owned_fields``) are stripped or set on a form as on JSON.
 
 vLLM reads ``vllm_xargs`` in a form as a JSON object: it is decoded here and
 encoded again, so the gateway's rules for its keys apply to it too.
@@ -20,7 +20,7 @@ from typing import Any
 from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 __all__ = ["Upload", "encode_form", "read_form"]
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from app.bodies.base import Parsed
 from app.bodies.embeddings import parse_embedding
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 
 def parse_pooling(body: dict[str, Any]) -> Parsed:

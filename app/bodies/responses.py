@@ -14,7 +14,7 @@ reproduced here: such a prompt is estimated from its text.
 A ``background`` response runs in the engine after its call has returned:
 neither its KV reservation, nor its charge, nor a client's leaving could
 follow it, so the gateway refuses it. ``previous_response_id`` continues a
-response one engine holds (``app.response_ids``).
+response one engine holds (``app.request.response_ids``).
 """
 
 from typing import Any, TypeGuard
@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from app.bodies.base import Parsed, Prompt, refused
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 # Content parts that are text, as vLLM's chat parser reads them.
 _TEXT_PARTS = frozenset({"text", "input_text", "output_text"})

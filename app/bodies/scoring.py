@@ -19,7 +19,7 @@ import json
 from typing import Any
 
 from app.bodies.base import Parsed, Prompt
-from app.errors import InvalidRequest
+from app.request.errors import InvalidRequest
 
 # The names of a score request's two sides, in the order vLLM tries them.
 SCORE_SIDES = (

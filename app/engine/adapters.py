@@ -20,7 +20,7 @@ from typing import Literal
 
 from app.engine.client import EngineClient
 from app.engine.monitor import EngineMonitor
-from app.errors import EngineStatusError, GatewayError
+from app.request.errors import EngineStatusError, GatewayError
 
 Result = Literal["loaded", "already_loaded", "unloaded", "not_loaded", "failed"]
 # What vLLM 0.32 answers where the change is already so.

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import aiohttp
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from app.errors import (
+from app.request.errors import (
     EngineStatusError,
     GatewayError,
     PoolExhausted,
@@ -58,7 +58,7 @@ _FAILURES = (aiohttp.ClientError, TimeoutError)
 # A connection that broke before the answer began (a connection never made,
 # ``ClientConnectorError``, is a ``ClientOSError`` too, and is not one).
 _BROKEN_BEFORE_ANSWER = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
-# The current span's context (a request's engine call, ``app.tracing``) as
+# The current span's context (a request's engine call, ``app.observe.tracing``) as
 # the engine's ``traceparent``: vLLM's span of the request is its child.
 # Nothing is written when no span is recorded (tracing off).
 _TRACE_CONTEXT = TraceContextTextMapPropagator()

@@ -34,7 +34,7 @@ import zmq.asyncio
 from zmq.utils.monitor import parse_monitor_message
 
 from app.engine.kv_events import apply
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
 from app.routing.block_index import BlockIndex
 
 log = logging.getLogger("gateway.engine")

@@ -43,8 +43,8 @@ from typing import Any
 
 from app.engine.client import EngineClient
 from app.engine.stats import EngineStats, LoraSlots, parse_engine_stats
-from app.errors import GatewayError, PoolExhausted, UpstreamTimeout
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
+from app.request.errors import GatewayError, PoolExhausted, UpstreamTimeout
 from app.settings import Settings
 
 log = logging.getLogger("gateway.engine")

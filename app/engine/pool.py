@@ -42,7 +42,7 @@ from app.engine.kv_subscriber import KvEventSubscriber
 from app.engine.monitor import ChangeListener, EngineMonitor, StatsListener, engine_label
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats, LoraSlots
 from app.engine.view import EngineView
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
 from app.routing.base import EngineLoad
 from app.routing.block_index import BlockIndex
 from app.settings import Settings

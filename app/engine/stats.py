@@ -11,7 +11,7 @@ them — rather than read as zeros.
 
 from dataclasses import dataclass
 
-from app.promtext import Sample, parse, present, total
+from app.observe.promtext import Sample, parse, present, total
 
 CACHE_CONFIG = "vllm:cache_config_info"
 PREEMPTIONS = "vllm:num_preemptions_total"

@@ -11,9 +11,9 @@ import sys
 import yaml
 from pydantic import ValidationError
 
-from app.identity import PRIORITIES
 from app.keys.file import KeyEntry
 from app.keys.ring import hash_key
+from app.request.identity import PRIORITIES
 
 _PREFIX = "vgw-"
 

@@ -19,7 +19,7 @@ every model and adapter the engines serve) names what the key may call,
 each entry a name or a shell-style pattern (``acme-*``) — another tenant's
 LoRA adapter is then, to this key, a model that does not exist; ``shared_prefix_cache``
 (default false) lets the key's requests share the engine's prefix cache with
-other tenants' keys that share it (``app.owned_fields``). A file that does not
+other tenants' keys that share it (``app.request.owned_fields``). A file that does not
 parse, or whose entries are wrong (a duplicate id or hash, a hash that is not
 64 hex digits, an unknown priority), is refused as a whole with a message
 naming the entry.
@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.identity import DEFAULT_PRIORITY, TENANT_PATTERN, Priority
+from app.request.identity import DEFAULT_PRIORITY, TENANT_PATTERN, Priority
 
 
 class KeyEntry(BaseModel):

@@ -20,11 +20,17 @@ from typing import Literal
 
 from starlette.datastructures import Headers
 
-from app.errors import Forbidden, InvalidRequest, Unauthorized
-from app.identity import ANONYMOUS, DEFAULT_PRIORITY, TENANT_PATTERN, Identity, parse_priority
 from app.keys.file import KeyEntry
 from app.keys.ring import KeyRing
-from app.owned_fields import CacheScope
+from app.request.errors import Forbidden, InvalidRequest, Unauthorized
+from app.request.identity import (
+    ANONYMOUS,
+    DEFAULT_PRIORITY,
+    TENANT_PATTERN,
+    Identity,
+    parse_priority,
+)
+from app.request.owned_fields import CacheScope
 
 _BEARER = "bearer "
 

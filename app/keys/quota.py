@@ -39,10 +39,10 @@ pass.
 import math
 from dataclasses import dataclass
 
-from app.errors import RateLimited, TooLong
 from app.keys.file import KeyEntry
 from app.keys.output import OutputEstimates
-from app.record import RequestRecord
+from app.request.errors import RateLimited, TooLong
+from app.request.record import RequestRecord
 from app.state.base import LimitStore, Verdict
 
 

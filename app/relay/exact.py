@@ -22,12 +22,12 @@ from the usage, for handing their place on; every other stream stays on
 
 import re
 
-from app.metrics import GatewayMetrics
-from app.record import RequestRecord
+from app.observe.metrics import GatewayMetrics
 from app.relay.events import event_json, split_events
 from app.relay.stream import StreamRelay
 from app.relay.usage import usage_counts
-from app.routes import UsageNames
+from app.request.record import RequestRecord
+from app.request.routes import UsageNames
 
 _CHUNK_USAGE = b',"usage":{'
 _COMPLETION = re.compile(rb'"completion_tokens":(\d+)')

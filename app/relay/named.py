@@ -20,7 +20,7 @@ and, on a stream charged to a key, for each token's text.
 
 A stream cut short has no final usage. Both put what the engine has in each
 delta (several tokens when the client reads slower than the engine writes:
-four in one delta, measured on an idle engine), and report no usage per
+even on an idle engine), and report no usage per
 delta, so counting one token per delta is a lower bound: a client could
 leave just before the end and pay a fraction. A stream charged to a key
 (``exact``) is counted from above instead: the bytes of the text it was sent
@@ -34,12 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.metrics import GatewayMetrics
-from app.record import RequestRecord
+from app.observe.metrics import GatewayMetrics
 from app.relay.events import event_json, split_events
 from app.relay.stream import StreamRelay
 from app.relay.usage import usage_counts
-from app.routes import UsageNames
+from app.request.record import RequestRecord
+from app.request.routes import UsageNames
 
 
 @dataclass(frozen=True)

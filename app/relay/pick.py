@@ -4,13 +4,13 @@ tokens are charged to a key (``app.relay.stream`` says why each exists)."""
 from collections.abc import Callable
 from typing import get_args
 
-from app.metrics import GatewayMetrics
-from app.record import RequestRecord
+from app.observe.metrics import GatewayMetrics
 from app.relay.exact import ExactUsageRelay
 from app.relay.named import MESSAGES, RESPONSES, Framing, NamedEventRelay
 from app.relay.stream import StreamRelay
-from app.routes import ROUTES, StreamKind
-from app.validation import CompletionJob
+from app.request.record import RequestRecord
+from app.request.routes import ROUTES, StreamKind
+from app.request.validation import CompletionJob
 
 _Make = Callable[[CompletionJob, RequestRecord, GatewayMetrics, bool], StreamRelay]
 

@@ -6,7 +6,7 @@ runs in the request's task group: a keep-alive comment after ``ping``
 seconds without a send, and the send timeout — a send the client has not
 taken within ``send_timeout`` (checked at least every half timeout) drops
 the client, through the ``drop`` callback its owner gives it. Ending the
-stream, and everything it held, is the owner's (``app.flight``).
+stream, and everything it held, is the owner's (``app.request.flight``).
 """
 
 import time
@@ -16,8 +16,8 @@ import anyio
 from prometheus_client import Histogram
 from starlette.types import Send
 
-from app.errors import SlowReader
 from app.relay.stream import StreamRelay
+from app.request.errors import SlowReader
 
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),

@@ -7,23 +7,23 @@ events sent, one histogram observation and, until it is due and at most every
 ``_CHECK_EVERY`` seconds, one product for the hand-on of the stream's place
 (``ending_within``). JSON is parsed only until the
 first token and for the final usage chunk. The sends around it are
-``app.relay.sse``; the client and the drain are watched by ``app.flight``.
+``app.relay.sse``; the client and the drain are watched by ``app.request.flight``.
 
 Each route's stream has its own rules, as a small variation of this relay:
 a chat or completion stream here, one whose chunks each carry the usage so
 far (``app.relay.exact``: a stream charged to a key), the Responses API's
-named events (``app.relay.responses``). ``relay_for`` picks one per request,
-by its route's stream kind (``app.routes``).
+named events (``app.relay.named``). ``relay_for`` picks one per request,
+by its route's stream kind (``app.request.routes``).
 """
 
 from collections.abc import Callable
 
-from app.errors import UpstreamFailed
-from app.metrics import GatewayMetrics
-from app.record import RequestRecord
+from app.observe.metrics import GatewayMetrics
 from app.relay.events import EventSplitter, event_json, has_content, split_events
 from app.relay.usage import take_usage
-from app.routes import UsageNames
+from app.request.errors import UpstreamFailed
+from app.request.record import RequestRecord
+from app.request.routes import UsageNames
 
 _USAGE = b'"usage":{'
 _ERROR = b'data: {"error"'
@@ -145,11 +145,6 @@ class StreamRelay:
         call, self._ending = self._ending, None
         if call is not None:
             call()
-
-    def restart(self) -> None:
-        """Start over on another engine's stream (nothing was sent yet)."""
-        self._splitter = EventSplitter()
-        self._saw_done = self._engine_error = False
 
     def finish(self) -> None:
         """The engine ended the stream: record how it ended."""

@@ -2,15 +2,15 @@
 
 Every route's answer reports its usage in an object of counts: OpenAI's
 ``prompt_tokens`` / ``completion_tokens``, the Responses API's
-``input_tokens`` / ``output_tokens`` (``app.routes.UsageNames``). Where the
+``input_tokens`` / ``output_tokens`` (``app.request.routes.UsageNames``). Where the
 object sits differs (a whole answer's top level, a stream's final chunk, a
 completed response's event); what it says is read here, for all of them.
 """
 
 import json
 
-from app.record import RequestRecord
-from app.routes import UsageNames
+from app.request.record import RequestRecord
+from app.request.routes import UsageNames
 
 Counts = tuple[int | None, int | None]
 

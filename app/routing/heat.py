@@ -7,10 +7,8 @@ to a second. But most prefixes bring far less than one engine's share —
 eight documents over two engines, 12% each — and for those an overflow
 past the cap is a miss: the other engine computes the document again and
 evicts one of its own to hold it, and the next request of that document
-misses there in turn. Measured with 8 documents over two engines
-(docs/benchmarks.md, "a prefix one engine can carry stays on it"): 72.6%
-prefix-cache hits with the cap's overflow, 88.5% kept on the holder,
-vllm-router ``cache_aware``'s 88.1% (it has no cap).
+misses there in turn (docs/benchmarks.md, "a prefix one engine can carry
+stays on it").
 
 So the router asks whether a prefix is hot: whether its share of the
 recent requests is more than the engines holding it can carry at their

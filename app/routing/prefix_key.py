@@ -28,8 +28,8 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from app.request.validation import CompletionJob
 from app.routing.block_index import PromptBlocks, block_chain
-from app.validation import CompletionJob
 
 CHUNK_CHARS = 256
 AFFINITY_CHUNKS = 8

@@ -1,13 +1,12 @@
 """The router the settings describe.
 
 ``GATEWAY_ROUTING=auto`` (the default) is prefix routing where the engines
-publish their KV cache events and least loaded where they do not. Measured
-(docs/benchmarks.md, "Routing over two engines"): on KV events, prefix
-routing started answers sooner than least loaded on every mix and held the
-most prefix-cache hits where the documents overflow one engine's cache; by
-the prompt's approximate key alone (no events) it won that mix too, but
-started answers 4× later where the documents fit (670 ms against 174), so a
-deployment without events gets least loaded unless it asks for ``prefix``.
+publish their KV cache events and least loaded where they do not. On KV
+events, prefix routing knows what each engine holds; by the prompt's
+approximate key alone (no events) it guesses, and a wrong guess piles
+requests on one engine while the other idles where the documents fit both
+caches (docs/benchmarks.md, "Routing over two engines"), so a deployment
+without events gets least loaded unless it asks for ``prefix``.
 
 ``GATEWAY_ROUTING_SCORERS`` replaces the preset's weights; a load cap
 (``routing_load_factor``, ``routing_load_slack``; ``routing_held_load_factor``

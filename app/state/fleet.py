@@ -6,7 +6,7 @@ clocks. In Redis; admission (``app.admission.shared``) decides with it.
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from app.identity import PRIORITIES
+from app.request.identity import PRIORITIES
 from app.state import hold_scripts, layout, scripts
 from app.state.cluster_steps import ClusterSteps
 from app.state.redis import SharedRedis
@@ -146,7 +146,7 @@ class FleetState:
         shared = self._shared
         args: list[str | int] = [shared.replica, shared.lease_ms]
         for priority, tenants in waiting.items():
-            # Tenant ids never hold a newline (app.identity).
+            # Tenant ids never hold a newline (app.request.identity).
             args += [_class_number(priority), "\n".join(tenants)]
         await self._publish(keys=layout.fleet_state(), args=args)
 

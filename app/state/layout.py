@@ -18,7 +18,7 @@ On one Redis the tags cost nothing, and an admission is one script over
 shard's (docs/scale.md says what that costs).
 """
 
-from app.identity import PRIORITIES
+from app.request.identity import PRIORITIES
 
 FLEET = "{gw}"
 # The fair order's keys of one class, in the scripts' order.

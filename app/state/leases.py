@@ -23,7 +23,7 @@ their fair-share clock: whether a tenant waiting anywhere starts before a
 given one is one range query, however many replicas and tenants wait.
 """
 
-from app.identity import PRIORITIES
+from app.request.identity import PRIORITIES
 
 PRELUDE = (
     """

@@ -34,12 +34,12 @@ from prometheus_client import Counter
 
 from app.engine.client import EngineClient
 from app.engine.pool import EnginePool
-from app.errors import EngineStatusError, GatewayError, InvalidRequest
-from app.routes import ROUTES
+from app.request.errors import EngineStatusError, GatewayError, InvalidRequest
+from app.request.routes import ROUTES
+from app.request.validation import CompletionJob, Prompt
 from app.settings import Settings
 from app.tokens.engine import EngineTokenize
 from app.tokens.local import ModelTokenizer, TemplateRefused, TokenizerFiles
-from app.validation import CompletionJob, Prompt
 
 log = logging.getLogger("gateway")
 
@@ -47,9 +47,9 @@ log = logging.getLogger("gateway")
 def counting_note(settings: Settings) -> str | None:
     """What an operator should know at start-up of how prompts are counted:
     counted by the engine, each request first pays a round trip to the
-    engine's API server (which, on a CPU engine, shares the engine's cores;
-    measured in docs/benchmarks.md, "Counting prompts: the engine, the
-    files, the estimate"). None when nothing needs saying."""
+    engine's API server (which, on a CPU engine, shares the engine's cores:
+    docs/benchmarks.md, "Counting prompts: the engine, the files, the
+    estimate"). None when nothing needs saying."""
     if settings.prompt_count_source != "engine":
         return None
     return (

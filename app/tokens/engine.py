@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from app.engine.client import EngineClient
-from app.errors import UpstreamFailed
+from app.request.errors import UpstreamFailed
 
 # The fields of a chat request that the engine's chat /tokenize reads.
 _CHAT_FIELDS = (

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from app.promtext import Sample, parse, total
+from app.observe.promtext import Sample, parse, total
 from loadtests.meter import StreamMeter
 
 CHAT = "/v1/chat/completions"

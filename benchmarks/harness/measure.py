@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from app.promtext import Sample, total
+from app.observe.promtext import Sample, total
 from benchmarks.harness.client import Client, engine_idle
 from benchmarks.harness.machine import ForeignCpu
 from benchmarks.harness.processes import Processes, Service, model_name

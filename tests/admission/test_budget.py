@@ -8,8 +8,8 @@ from app.admission.budget import BudgetConfig, EngineBudget
 from app.admission.estimate import PromptTokenEstimator
 from app.admission.fairqueue import Waiter
 from app.engine.view import FixedView
+from app.request.validation import Limits, check_request
 from app.routing.prefix_key import prompt_keys
-from app.validation import Limits, check_request
 
 
 def budget(blocks: int | None = 10, block_size: int = 100, **config: float) -> EngineBudget:

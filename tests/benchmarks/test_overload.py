@@ -3,7 +3,7 @@ after-the-fact check of refusals and the rounds' table. No engine."""
 
 import argparse
 
-from app.promtext import Sample
+from app.observe.promtext import Sample
 from benchmarks.harness import Call
 from benchmarks.harness.measure import Sampler
 from benchmarks.overhead.overload import (

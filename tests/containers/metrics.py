@@ -5,7 +5,7 @@ one), so their ``/metrics`` is read with the Python every engine image
 carries, in the container itself.
 """
 
-from app.promtext import Sample, parse, total
+from app.observe.promtext import Sample, parse, total
 from tests.containers import podman
 from tests.containers.compose import ComposeProject
 

@@ -5,7 +5,7 @@ same Redis and report the same view of the fleet."""
 import httpx
 import pytest
 
-from app.promtext import parse
+from app.observe.promtext import parse
 from tests.containers import podman
 from tests.containers.compose import ComposeProject
 from tests.containers.metrics import FETCH

@@ -7,7 +7,7 @@ import httpx
 import openai
 import pytest
 
-from app.promtext import parse, total
+from app.observe.promtext import parse, total
 from tests.containers import podman
 from tests.containers.compose import ComposeProject
 from tests.containers.metrics import FETCH, engines_total

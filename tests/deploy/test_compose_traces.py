@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.record import RequestRecord
-from app.tracing import tracing_wanted
+from app.observe.tracing import tracing_wanted
+from app.request.record import RequestRecord
 from deploy import compose_settings
 from tests.deploy.compose_files import (
     BASE,

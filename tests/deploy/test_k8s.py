@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from app.main import create_app
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
 from app.settings import Settings
 from deploy.k8s import prometheusrule
 from tests.deploy.compose_files import (

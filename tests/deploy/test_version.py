@@ -1,5 +1,5 @@
 """The project's version has one home, app/__init__.py. pyproject.toml reads
-it from there (tests/test_cli.py checks the installed package), the Makefile
+it from there (tests/serve/test_cli.py checks the installed package), the Makefile
 tags the image with it, and the only copies are the image tags of the files
 that cannot read it: docker-compose.yml (test_compose.py checks it) and the
 Kubernetes manifests (test_k8s.py: compose's image)."""

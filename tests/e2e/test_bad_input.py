@@ -2,7 +2,7 @@
 to the engine, and its refusal reaches the client in its own words, a 4xx in
 OpenAI's shape, never a 5xx (real engine behind). What the gateway refuses
 before any engine is asked is tested in-process, beside the module that
-decides it: tests/test_validation.py, tests/keys/test_identify.py,
+decides it: tests/request/test_validation.py, tests/keys/test_identify.py,
 tests/api/test_entry.py."""
 
 import json

@@ -3,7 +3,7 @@ the real engine: its conversations answered one choice each, its demand and
 its key's charge the sum over them (each counted as the engine counts it),
 and a batch refused whole, before the engine sees it, when the sum can never
 fit the engine's KV cache though each conversation would. (Its bodies'
-400s are tests/test_bodies.py's.)"""
+400s are tests/bodies/test_bodies.py's.)"""
 
 from collections.abc import Iterator
 from typing import Any

@@ -14,7 +14,7 @@ import zmq.asyncio
 
 from app.engine.kv_events import endpoint_for
 from app.engine.kv_subscriber import KvEventSubscriber
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
 from app.routing.block_index import BlockIndex, PromptBlocks
 from deploy.local import free_port
 from tests.support.kv_publisher import ScriptedPublisher, removed, stored

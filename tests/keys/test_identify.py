@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from starlette.datastructures import Headers
 
-from app.errors import Forbidden, InvalidRequest, Unauthorized
-from app.identity import Identity
 from app.keys.file import KeyEntry
 from app.keys.identify import cache_scope, identify
 from app.keys.ring import KeyRing, hash_key
-from app.owned_fields import CacheScope
+from app.request.errors import Forbidden, InvalidRequest, Unauthorized
+from app.request.identity import Identity
+from app.request.owned_fields import CacheScope
 from tests.support.asgi import Exchange, in_process_gateway
 from tests.support.keys import key_entry, write_keys_file
 from tests.support.scripted_engine import MODEL

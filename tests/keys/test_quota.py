@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import RateLimited, TooLong
 from app.keys.file import KeyEntry
 from app.keys.quota import KeyQuota, duration
+from app.request.errors import RateLimited, TooLong
 from app.state.local import LocalLimits
 from tests.support.asgi import in_process_gateway
 from tests.support.keys import new_key, write_keys_file

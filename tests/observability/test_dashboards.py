@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from prometheus_client.metrics import MetricWrapperBase
 
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
 from dashboards import build
 from deploy.local import ROOT
 from tests.observability.test_rules import recording_rules

@@ -5,10 +5,10 @@ from the last usage of each choice. The chunks are vLLM 0.32's own, as it
 wrote them for one chat request with and without ``continuous_usage_stats``
 (the same request, so the same id; only the usage differs)."""
 
-from app.metrics import GatewayMetrics
-from app.record import RequestRecord, Telemetry
+from app.observe.metrics import GatewayMetrics
 from app.relay.exact import ExactUsageRelay
-from app.routes import OPENAI_USAGE
+from app.request.record import RequestRecord, Telemetry
+from app.request.routes import OPENAI_USAGE
 
 HEAD = b'data: {"id":"chatcmpl-a8c0","object":"chat.completion.chunk","created":1796174034,"model":"tiny","choices":[{"index":0,'  # noqa: E501
 ROLE = b'"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]'

@@ -7,10 +7,10 @@ measured over less than half that time."""
 
 import json
 
-from app.metrics import GatewayMetrics
-from app.record import RequestRecord, Telemetry
+from app.observe.metrics import GatewayMetrics
 from app.relay.stream import StreamRelay
-from app.routes import OPENAI_USAGE
+from app.request.record import RequestRecord, Telemetry
+from app.request.routes import OPENAI_USAGE
 from tests.support.asgi import in_process_gateway
 from tests.support.asgi_streams import events, final_error, open_stream
 from tests.support.scripted_engine import DONE, chunk, usage_chunk

@@ -5,7 +5,7 @@ not JSON or has no usage read as nothing."""
 import pytest
 
 from app.relay.usage import answer_usage, usage_counts
-from app.routes import ROUTES, ApiRoute
+from app.request.routes import ROUTES, ApiRoute
 
 
 @pytest.mark.parametrize("route", ROUTES.values(), ids=lambda route: route.name)

@@ -1,7 +1,8 @@
 """A request's prefix keys (``app.routing.prefix_key``): the same text keys
 the same, except under another prefix-cache salt, as in vLLM's cache."""
 
-from app.owned_fields import CacheScope
+from app.request.owned_fields import CacheScope
+from app.request.validation import CompletionJob, Limits, check_request
 from app.routing.prefix_key import (
     AFFINITY_CHUNKS,
     AFFINITY_TOKENS,
@@ -12,7 +13,6 @@ from app.routing.prefix_key import (
     prefix_chain,
     prompt_keys,
 )
-from app.validation import CompletionJob, Limits, check_request
 
 TEXT = "shared system prompt " * 200
 

@@ -14,7 +14,7 @@ from app.admission.controller import AdmissionController
 from app.admission.estimate import PromptTokenEstimator
 from app.admission.policy import AdmissionPolicy
 from app.admission.shared import SharedBudgets
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
 from app.routing.setup import build_router
 from app.settings import Settings
 from app.state.fleet import FleetState

@@ -20,9 +20,9 @@ from starlette.types import Message
 
 from app.admission.controller import AdmissionController
 from app.admission.refill import FIRST_STREAMS
-from app.drain import Drain
 from app.main import create_app
-from app.services import Services
+from app.serve.drain import Drain
+from app.serve.services import Services
 from app.settings import Settings
 from tests.support.scripted_engine import ScriptedEngine
 

@@ -20,11 +20,11 @@ import pytest
 import zmq.asyncio
 
 from app.engine.kv_subscriber import KvEventSubscriber
-from app.metrics import GatewayMetrics
+from app.observe.metrics import GatewayMetrics
+from app.request.validation import Limits, check_request
 from app.routing.base import EngineLoad
 from app.routing.block_index import BlockIndex, PromptBlocks
 from app.routing.prefix_key import prompt_keys
-from app.validation import Limits, check_request
 from tests.support.engines import KV_EVENTS, MODEL, Engine, kv_events_port
 from tests.support.gateways import Gateway, StartGateway
 from tests.support.routing import PrefixRoute
