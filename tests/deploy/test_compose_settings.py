@@ -31,7 +31,10 @@ WITH_KEYS = ["-f", BASE, "-f", CPU_FILE, "-f", compose_settings.OPTIONAL_FILES["
 
 
 # Settings whose text has a form of its own.
-FORMED = {"redis_sentinels": "sentinel-a:26379,sentinel-b:26379"}
+FORMED = {
+    "redis_sentinels": "sentinel-a:26379,sentinel-b:26379",
+    "sheddable_classes": "normal,low",
+}
 # Settings that exclude one set in the operator's .env (a cluster is not
 # reached through sentinels): left out of it, each reaching the gateways
 # is tested on its own.
@@ -52,7 +55,7 @@ def other_value(name: str, field: FieldInfo) -> str:
     if kind is int:
         return str(default + 1 if default is not None else 7)
     if kind is float:
-        return str(default + 0.25)
+        return str(default + 0.25 if default is not None else 1.5)
     if kind is Path:
         return f"/etc/vllm-gateway/{name}"
     if kind in (str, SecretStr):
