@@ -320,3 +320,39 @@ def test_a_queue_at_the_deadlines_edge_is_not_refused_for_its_forecast() -> None
     assert max(predicted) >= 4.9
     assert refusals == 0
     assert p.queued > 100
+
+
+def test_a_request_is_refused_when_its_wait_and_a_first_tokens_lag_miss_its_own_objective() -> None:
+    """The queue drains 100 tokens a second and 300 are due first: a new
+    request waits about 4 s. A 10 s objective is met; a 4.5 s one is met only while
+    a first token comes soon after admission: once admitted streams have
+    taken 2 s to their first token, it is refused at arrival (4 s wait +
+    2 s > 4.5 s, more than a fifth past what it leaves)."""
+    p = policy(blocks=1)
+    backlog_draining_at_100_tokens_a_second(p)
+    assert p.forecast.rate() == pytest.approx(100, rel=0.2)
+    # Three more due before either new one (earliest deadline first).
+    for _ in range(3):
+        add(p, waiter(tokens=100, at=6, objective=4.0))
+    add(p, waiter(tokens=100, at=6, objective=10.0))
+    add(p, waiter(tokens=100, at=6, objective=4.5))
+    for _ in range(40):
+        p.first_token(2.0)
+    assert p.first_token_lag == pytest.approx(2.0, rel=0.02)
+    add(p, waiter(tokens=100, at=6, objective=10.0))
+    with pytest.raises(QueueFull) as refused:
+        add(p, waiter(tokens=100, at=6, objective=4.5))
+    assert refused.value.reason == "objective_forecast"
+
+
+def test_a_waiter_expires_once_its_objective_leaves_no_time_for_a_first_token() -> None:
+    """Queued with a 3 s objective behind a request that runs on: with a 1 s
+    lag learned, it is taken out at 2 s, not 3 s."""
+    p = policy(blocks=1)
+    add(p, waiter(tokens=100, at=0))
+    admit_all(p, now=0.0)
+    for _ in range(60):
+        p.first_token(1.0)
+    late = add(p, waiter(tokens=100, at=0, objective=3.0))
+    assert p.pop_admissible(1.9) == ([], [])
+    assert p.pop_admissible(2.01) == ([], [late])
