@@ -1,0 +1,113 @@
+"""Each round's rows, beside the medians: one line per target, round and
+kind of request, as the run measured it, so that a page can quote one
+round or count the rounds a target read above the anchor in."""
+
+from typing import Any
+
+from benchmarks.classes.rounds import Run
+from benchmarks.classes.targets import NAMES
+from benchmarks.harness import table
+from benchmarks.summary.page import fixed
+
+KIND_HEADERS = ["target", "round", "kind", "sent", "met", "late", "refused", "evicted", "failed"]
+KIND_HEADERS += ["cut", "met %", "TTFT p50 s", "TTFT p99 s", "tok/s", "output tokens"]
+KIND_HEADERS += ["goodput tok/s", "preempt", "refusals (reason)"]
+
+
+def seconds(value: float | None) -> str:
+    return fixed(value).replace("inf", "∞")
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def reasons(counts: dict[str, float] | None) -> str:
+    if counts is None:
+        return "-"
+    return ", ".join(f"{k} {v:.0f}" for k, v in sorted(counts.items()) if v) or "none"
+
+
+def kind_rows(runs: list[Run]) -> str:
+    body = []
+    for r in sorted(runs, key=lambda r: (r["target"], r["round"])):
+        for label, k in r["kinds"].items():
+            body.append(
+                [
+                    NAMES.get(r["target"], r["target"]),
+                    r["round"] + 1,
+                    label,
+                    k["sent"],
+                    k["met"],
+                    k["late"],
+                    k["refused"],
+                    k["evicted"],
+                    k["failed"],
+                    k["cut"],
+                    percent(k["attainment"]),
+                    seconds(k["ttft_p50"]),
+                    seconds(k["ttft_p99"]),
+                    fixed(k["tokens_per_s"], 0),
+                    f"{k['output_tokens']:,}",
+                    fixed(k["goodput_per_s"], 0),
+                    fixed(r.get("preemptions"), 0),
+                    reasons(r.get("rejections")),
+                ]
+            )
+    return table(KIND_HEADERS, body)
+
+
+def refusal_rows(runs: list[Run]) -> str:
+    headers = ["target", "round", "refused", "with engine room", "first s", "last s"]
+    body = [
+        [
+            NAMES.get(r["target"], r["target"]),
+            r["round"] + 1,
+            r["refusals"]["count"],
+            r["refusals"]["with_room"],
+            fixed(r["refusals"]["first_s"], 1),
+            fixed(r["refusals"]["last_s"], 1),
+        ]
+        for r in sorted(runs, key=lambda r: (r["target"], r["round"]))
+    ]
+    return table(headers, body)
+
+
+def eviction_rows(runs: list[Run]) -> str:
+    headers = ["target", "round", "running at the burst", "burst at s", "burst met / sent"]
+    headers += ["burst TTFT p50 s", "burst TTFT p99 s", "low clients", "told once / other"]
+    headers += ["evictions (gateway)", "refusals (reason)"]
+    body = []
+    for r in sorted(runs, key=lambda r: (r["target"], r["round"])):
+        b = r["kinds"]["burst"]
+        body.append(
+            [
+                NAMES.get(r["target"], r["target"]),
+                r["round"] + 1,
+                fixed(r["running_at_burst"], 0),
+                fixed(r["burst_at_s"], 1),
+                f"{b['met']} / {b['sent']}",
+                seconds(b["ttft_p50"]),
+                seconds(b["ttft_p99"]),
+                ", ".join(f"{k} {v}" for k, v in r["low"].items() if v) or "none",
+                f"{r['low_told_once']} / {r['low_told_other']}",
+                reasons(r.get("evictions")),
+                reasons(r.get("rejections")),
+            ]
+        )
+    return table(headers, body)
+
+
+def round_tables(result: dict[str, Any]) -> list[str]:
+    out = []
+    for part, data in (result.get("parts") or {}).items():
+        runs = data.get("runs") or []
+        if not runs:
+            continue
+        if part == "eviction":
+            out.append(f"Eviction, each round\n\n{eviction_rows(runs)}")
+            continue
+        out.append(f"{part.capitalize()}, each round\n\n{kind_rows(runs)}")
+        if part == "objectives":
+            out.append(f"Objectives, refusals in each round\n\n{refusal_rows(runs)}")
+    return out
