@@ -11,7 +11,9 @@ from benchmarks.summary.page import fixed
 
 KIND_HEADERS = ["target", "round", "kind", "sent", "met", "late", "refused", "evicted", "failed"]
 KIND_HEADERS += ["cut", "met %", "TTFT p50 s", "TTFT p99 s", "tok/s", "output tokens"]
-KIND_HEADERS += ["goodput tok/s", "preempt", "refusals (reason)"]
+KIND_HEADERS += ["goodput tok/s", "engine running mean / max", "engine waiting mean / max"]
+KIND_HEADERS += ["engine KV use % mean / max", "preempt", "refusals (reason)"]
+KIND_HEADERS += ["gateway / client cores"]
 
 
 def seconds(value: float | None) -> str:
@@ -28,30 +30,43 @@ def reasons(counts: dict[str, float] | None) -> str:
     return ", ".join(f"{k} {v:.0f}" for k, v in sorted(counts.items()) if v) or "none"
 
 
+def mean_max(engine: dict[str, float | None], key: str, digits: int, scale: float = 1) -> str:
+    mean, most = (fixed(engine.get(f"{key}_{s}"), digits, scale) for s in ("mean", "max"))
+    return f"{mean} / {most}"
+
+
+def run_cells(r: Run) -> list[str]:
+    """What belongs to the whole run (the engine, the gateway): on its
+    ``total`` line."""
+    engine = r.get("engine") or {}
+    return [
+        mean_max(engine, "running", 1),
+        mean_max(engine, "waiting", 1),
+        mean_max(engine, "kv", 0, 100),
+        fixed(r.get("preemptions"), 0),
+        reasons(r.get("rejections")),
+        " / ".join(fixed((r.get("cores") or {}).get(k)) for k in ("gateway", "client")),
+    ]
+
+
 def kind_rows(runs: list[Run]) -> str:
     body = []
     for r in sorted(runs, key=lambda r: (r["target"], r["round"])):
         for label, k in r["kinds"].items():
+            counts = ("sent", "met", "late", "refused", "evicted", "failed", "cut")
             body.append(
                 [
                     NAMES.get(r["target"], r["target"]),
                     r["round"] + 1,
                     label,
-                    k["sent"],
-                    k["met"],
-                    k["late"],
-                    k["refused"],
-                    k["evicted"],
-                    k["failed"],
-                    k["cut"],
+                    *(f"{k[c]:,}" for c in counts),
                     percent(k["attainment"]),
                     seconds(k["ttft_p50"]),
                     seconds(k["ttft_p99"]),
                     fixed(k["tokens_per_s"], 0),
                     f"{k['output_tokens']:,}",
                     fixed(k["goodput_per_s"], 0),
-                    fixed(r.get("preemptions"), 0),
-                    reasons(r.get("rejections")),
+                    *(run_cells(r) if label == "total" else [""] * 6),
                 ]
             )
     return table(KIND_HEADERS, body)

@@ -21,7 +21,7 @@ from benchmarks.classes.load import within
 from benchmarks.classes.outcomes import CUT, kind_figures
 from benchmarks.classes.requests import Kind, Prompts, body
 from benchmarks.classes.rounds import Run, in_rounds
-from benchmarks.classes.run import gateway_counts, measure
+from benchmarks.classes.run import engine_load, gateway_counts, measure
 from benchmarks.classes.stack import RUNNING, ClassesStack, Serving
 from benchmarks.classes.targets import TARGETS, target
 from benchmarks.harness import Call, Client, num
@@ -121,6 +121,8 @@ async def run_eviction(stack: ClassesStack, args: argparse.Namespace) -> dict[st
             "low_told_once": sum(1 for n in told if n == 1),
             "low_told_other": sum(1 for n in told if n != 1),
             "preemptions": m.window.delta("vllm:num_preemptions_total", "engine"),
+            "engine": engine_load(m),
+            "cores": m.cores,
             **gateway_counts(m),
         }
         say(name, r, result, seqs)

@@ -65,7 +65,9 @@ def parser() -> argparse.ArgumentParser:
     ten.add_argument("--tenants-seconds", type=float, default=180.0)
     ten.add_argument("--tenant-a-users", type=int, default=40)
     ten.add_argument("--tenant-b-users", type=int, default=4)
-    ten.add_argument("--tenants-max-tokens", type=int, default=128)
+    # Long answers: A's flood holds the engine's KV cache, and what waits
+    # for it waits long.
+    ten.add_argument("--tenants-max-tokens", type=int, default=512)
     ten.add_argument("--tenant-objective", type=float, default=10.0, help="seconds")
     ev = p.add_argument_group("eviction")
     ev.add_argument("--eviction-seqs", type=int, default=16, help="the engine's max-num-seqs")

@@ -47,6 +47,8 @@ class Serving:
     engine: Service
     max_num_seqs: int
     admin: str | None
+    # The gateway's process (its CPU is read around the load).
+    gateway_pid: int | None = None
 
 
 def sizes(args: argparse.Namespace) -> dict[EngineKind, EngineSize]:
@@ -141,7 +143,7 @@ class ClassesStack:
         gateway = self.procs.gateway(f"gateway-{run}", settings, Path(self.args.gateway_src))
         try:
             wait_ready([gateway], timeout=120)
-            yield Serving(gateway.url, engine, seqs, f"http://127.0.0.1:{admin_port}")
+            yield Serving(gateway.url, engine, seqs, f"http://127.0.0.1:{admin_port}", gateway.pid)
         finally:
             self.procs.stop(gateway)
 

@@ -95,10 +95,21 @@ def points(label: str) -> Column:
     )
 
 
-# The engine's preemptions and the gateway's refusals, in every totals table.
+def engine(key: str) -> Figure:
+    """A figure of the engine's sampled load in a run."""
+    return lambda r: (r.get("engine") or {}).get(key)
+
+
+# Where the work waited and what the engine held, and the gateway's
+# refusals, in every totals table.
 ENGINE_AND_GATEWAY: list[Column] = [
+    median_of("engine running, mean", engine("running_mean"), 1),
+    median_of("engine waiting, mean", engine("waiting_mean"), 1),
+    median_of("engine KV use %, mean", engine("kv_mean"), 0, 100),
     median_of("preempt", lambda r: r["preemptions"]),
     ("refusals by reason, summed", lambda runs, t, a: reasons(runs, t)),
+    median_of("gateway cores", lambda r: (r.get("cores") or {}).get("gateway"), 2),
+    median_of("client cores", lambda r: (r.get("cores") or {}).get("client"), 2),
 ]
 
 
