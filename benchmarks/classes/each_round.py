@@ -1,11 +1,12 @@
 """Each round's rows, beside the medians: one line per target, round and
 kind of request, as the run measured it, so that a page can quote one
-round or count the rounds a target read above the anchor in."""
+round or count the rounds a target read above the anchor in. Targets go by
+their short names here (``benchmarks.classes.targets``), which keeps a
+default run's summary small enough to keep."""
 
 from typing import Any
 
 from benchmarks.classes.rounds import Run
-from benchmarks.classes.targets import NAMES
 from benchmarks.harness import table
 from benchmarks.summary.page import fixed
 
@@ -56,7 +57,7 @@ def kind_rows(runs: list[Run]) -> str:
             counts = ("sent", "met", "late", "refused", "evicted", "failed", "cut")
             body.append(
                 [
-                    NAMES.get(r["target"], r["target"]),
+                    r["target"],
                     r["round"] + 1,
                     label,
                     *(f"{k[c]:,}" for c in counts),
@@ -76,7 +77,7 @@ def refusal_rows(runs: list[Run]) -> str:
     headers = ["target", "round", "refused", "with engine room", "first s", "last s"]
     body = [
         [
-            NAMES.get(r["target"], r["target"]),
+            r["target"],
             r["round"] + 1,
             r["refusals"]["count"],
             r["refusals"]["with_room"],
@@ -97,7 +98,7 @@ def eviction_rows(runs: list[Run]) -> str:
         b = r["kinds"]["burst"]
         body.append(
             [
-                NAMES.get(r["target"], r["target"]),
+                r["target"],
                 r["round"] + 1,
                 fixed(r["running_at_burst"], 0),
                 fixed(r["burst_at_s"], 1),

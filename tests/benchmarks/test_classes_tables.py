@@ -9,6 +9,7 @@ from benchmarks.classes.main import parser
 from benchmarks.classes.outcomes import KindFigures
 from benchmarks.classes.tables import render
 from benchmarks.classes.targets import TARGETS
+from benchmarks.summary.page import MAX_BYTES
 from benchmarks.summary.write import shown_command, write_summary
 
 
@@ -32,9 +33,9 @@ def figures(sent: int, met: int, refused: int = 0, p99: float = 0.5) -> dict[str
     ).as_dict()
 
 
-def runs(part: str, labels: list[str], **more: Any) -> list[dict[str, Any]]:
+def runs(part: str, labels: list[str], rounds: int = 2, **more: Any) -> list[dict[str, Any]]:
     out = []
-    for r in range(2):
+    for r in range(rounds):
         for t in TARGETS[part]:
             gateway = not t.name.startswith("direct")
             kinds = {label: figures(10, 8 + r, refused=gateway) for label in labels}
@@ -47,15 +48,17 @@ def runs(part: str, labels: list[str], **more: Any) -> list[dict[str, Any]]:
                     "preemptions": 3.0,
                     "rejections": {"objective_forecast": 1.0} if gateway else None,
                     "evictions": None,
+                    "engine": {"running_mean": 16.4, "running_max": 24.0, "kv_mean": 0.91},
+                    "cores": {"gateway": 0.41, "client": 0.22},
                     **more,
                 }
             )
     return out
 
 
-def result() -> dict[str, Any]:
+def result(rounds: int = 2) -> dict[str, Any]:
     refusals = {"count": 1, "with_room": 1, "first_s": 3.0, "last_s": 3.0}
-    eviction = runs("eviction", ["burst"])
+    eviction = runs("eviction", ["burst"], rounds)
     for r in eviction:
         r |= {
             "running_at_burst": 16.0,
@@ -75,14 +78,14 @@ def result() -> dict[str, Any]:
         "engine_cpus": "0",
         "client_cpus": "1",
         "parts": {
-            "mixed": {"window_s": 45.0, "runs": runs("mixed", ["chat", "bulk"])},
+            "mixed": {"window_s": 45.0, "runs": runs("mixed", ["chat", "bulk"], rounds)},
             "objectives": {
                 "capacity": {"rps": 10.0, "measured": True, "users": 48, "seconds": 30.0},
                 "rate_rps": 20.0,
                 "window_s": 190.0,
-                "runs": runs("objectives", ["tight", "loose"], refusals=refusals),
+                "runs": runs("objectives", ["tight", "loose"], rounds, refusals=refusals),
             },
-            "tenants": {"window_s": 190.0, "runs": runs("tenants", ["A", "B"])},
+            "tenants": {"window_s": 190.0, "runs": runs("tenants", ["A", "B"], rounds)},
             "eviction": {"sequences": 16, "burst": 8, "runs": eviction},
         },
     }
@@ -113,3 +116,16 @@ def test_the_summary_is_stamped_with_the_make_target(tmp_path: Path) -> None:
     assert "Mixed, each round" in page
     argv = ["python", "-m", "benchmarks.classes", "--rounds", "1"]
     assert shown_command(argv) == 'make bench-classes BENCH_ARGS="--rounds 1"'
+
+
+def test_a_default_run_has_a_summary_small_enough_to_keep(tmp_path: Path) -> None:
+    """Five rounds of every part, each figure as wide as a real run's."""
+    big = result(rounds=5)
+    for data in big["parts"].values():
+        for run in data["runs"]:
+            for k in run["kinds"].values():
+                k |= {"sent": 12_345, "met": 12_345, "late": 1_234, "refused": 1_234}
+                k |= {"tokens_per_s": 12_345.6, "output_tokens": 1_234_567}
+    args = parser().parse_args([])
+    page = write_summary(tmp_path, "classes", big, render(big, args))
+    assert page.stat().st_size < MAX_BYTES
