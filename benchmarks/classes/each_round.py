@@ -14,7 +14,7 @@ KIND_HEADERS = ["target", "round", "kind", "sent", "met", "late", "refused", "ev
 KIND_HEADERS += ["cut", "met %", "TTFT p50 s", "TTFT p99 s", "tok/s", "output tokens"]
 KIND_HEADERS += ["goodput tok/s", "engine running mean / max", "engine waiting mean / max"]
 KIND_HEADERS += ["engine KV use % mean / max", "preempt", "refusals (reason)"]
-KIND_HEADERS += ["gateway / client cores"]
+KIND_HEADERS += ["gateway / client / others' cores"]
 
 
 def seconds(value: float | None) -> str:
@@ -46,7 +46,8 @@ def run_cells(r: Run) -> list[str]:
         mean_max(engine, "kv", 0, 100),
         fixed(r.get("preemptions"), 0),
         reasons(r.get("rejections")),
-        " / ".join(fixed((r.get("cores") or {}).get(k)) for k in ("gateway", "client")),
+        " / ".join(fixed((r.get("cores") or {}).get(k)) for k in ("gateway", "client"))
+        + f" / {fixed(r.get('others_cores'))}",
     ]
 
 

@@ -123,6 +123,7 @@ async def run_eviction(stack: ClassesStack, args: argparse.Namespace) -> dict[st
             "preemptions": m.window.delta("vllm:num_preemptions_total", "engine"),
             "engine": engine_load(m),
             "cores": m.cores,
+            "others_cores": round(m.window.others_cores, 3),
             **gateway_counts(m),
         }
         say(name, r, result, seqs)

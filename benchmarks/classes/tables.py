@@ -110,6 +110,8 @@ ENGINE_AND_GATEWAY: list[Column] = [
     ("refusals by reason, summed", lambda runs, t, a: reasons(runs, t)),
     median_of("gateway cores", lambda r: (r.get("cores") or {}).get("gateway"), 2),
     median_of("client cores", lambda r: (r.get("cores") or {}).get("client"), 2),
+    # Other work on the machine meanwhile (other engines, test runs).
+    median_of("others' cores", lambda r: r.get("others_cores"), 2),
 ]
 
 
