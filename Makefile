@@ -213,7 +213,7 @@ showcase-needs:
 # options (--help lists them): --out DIR writes there, --quiet-wait 0 does not
 # wait, --gateway-src DIR runs the gateway from another source tree, e.g. a
 # git worktree of an older commit.
-.PHONY: bench-overhead bench-limits bench-prefix bench-shared-state bench-adapters
+.PHONY: bench-overhead bench-limits bench-prefix bench-shared-state bench-adapters bench-classes
 bench: setup
 	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
 
@@ -247,6 +247,13 @@ bench-prefix: setup
 # straight over them, the gateway by load alone, the gateway's defaults.
 bench-adapters: setup
 	$(VENV)/bin/python -m benchmarks.adapters $(BENCH_ARGS)
+
+# What admission buys with service classes and TTFT objectives, against vLLM
+# alone in the same rounds: --parts mixed (bulk and chat classes),
+# objectives (open-loop arrivals past capacity), tenants (a flood beside a
+# light tenant), eviction (a high-class burst on an engine full of low work).
+bench-classes: setup
+	$(VENV)/bin/python -m benchmarks.classes $(BENCH_ARGS)
 
 # What the shared state costs one Redis: 1 to 128 simulated replicas over 1 to
 # 64 engines, each admitting 50 requests a second (no engine).

@@ -35,8 +35,11 @@ class Call:
     events: int = 0
     gaps: list[float] = field(default_factory=list)
     retry_after: float | None = None
-    # A refusal's error code (the gateway's ``error.code``), when it said one.
+    # A refusal's error code (the gateway's ``error.code``), when it said
+    # one, or that of an error event ending a stream after its 200 head.
     error_code: str = ""
+    # Error events in a stream (one at most is the contract: the last event).
+    error_events: int = 0
     request_id: str = ""
     user: int = 0
     label: str = ""
@@ -92,8 +95,10 @@ class Client:
                     call.finished = time.perf_counter()
                     return call
                 meter = StreamMeter(started=call.started)
+                errors = ErrorEvents()
                 async for data in resp.content.iter_any():
                     meter.feed(data, time.perf_counter())
+                    errors.feed(data)
         except (TimeoutError, aiohttp.ClientError):
             call.status = -1
             call.finished = time.perf_counter()
@@ -103,6 +108,9 @@ class Client:
         call.completion_tokens = meter.completion_tokens or 0
         call.events = meter.content_events
         call.gaps = meter.gaps
+        call.error_events = errors.count
+        if errors.count:
+            call.error_code = errors.code()
         if meter.completion_tokens is None:
             call.status = -2  # the stream ended without its usage chunk
         return call
@@ -145,6 +153,40 @@ class Client:
             async with self.session.get(url) as resp:
                 text = await resp.text()
         return parse(text, tuple(names) or None)
+
+
+class ErrorEvents:
+    """The error events of a stream (``data: {"error": ...}``, which a relay
+    sends after its 200 head when it has to stop), found without parsing
+    every event: the marker cannot occur inside a content string, whose
+    quotes are escaped. The bytes from the first one on are kept for its
+    code."""
+
+    MARKER = b'data: {"error"'
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._tail = b""
+        self._kept = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        width = len(self.MARKER) - 1
+        # A marker cut in two by the chunks: in the last bytes of the one
+        # before and the first of this one (it fits in neither alone).
+        cut = (self._tail + data[:width]).find(self.MARKER)
+        self.count += (cut >= 0) + data.count(self.MARKER)
+        if self._kept:
+            self._kept += data
+        elif cut >= 0:
+            self._kept += self._tail[cut:] + data
+        elif (at := data.find(self.MARKER)) >= 0:
+            self._kept += data[at:]
+        self._tail = data[-width:] if len(data) >= width else (self._tail + data)[-width:]
+
+    def code(self) -> str:
+        """The first error event's ``error.code`` ("" when it says none)."""
+        text = bytes(self._kept).removeprefix(b"data: ")
+        return _error_code(text.split(b"\n", 1)[0].strip())
 
 
 def _with_id(call: Call, headers: dict[str, str] | None) -> dict[str, str]:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from benchmarks.classes.targets import layout as classes_layout
 from benchmarks.summary import overhead, prefix
 from benchmarks.summary.page import fixed, table
 
@@ -89,6 +90,8 @@ KINDS: dict[str, Kind] = {
     "limits": Kind(limits_layout, no_rounds),
     "shared-state": Kind(shared_state_layout, no_rounds),
     "admission": Kind(admission_layout, no_rounds),
+    # Its tables carry each round's rows after the medians.
+    "classes": Kind(classes_layout, no_rounds),
 }
 
 

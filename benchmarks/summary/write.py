@@ -21,6 +21,7 @@ MAKE_TARGETS = {
     "benchmarks.prefix": "bench-prefix",
     "benchmarks.adapters": "bench-adapters",
     "benchmarks.shared_state": "bench-shared-state",
+    "benchmarks.classes": "bench-classes",
 }
 NOT_KEPT = "not kept: they stay under reports/ on the machine that ran it"
 

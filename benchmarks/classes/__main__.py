@@ -1,0 +1,3 @@
+from benchmarks.classes.main import main
+
+main()
