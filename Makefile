@@ -180,8 +180,9 @@ clean:
 	rm -rf $(VENV) $(ENGINE_VENV) $(TRACES_VENV) .models reports
 
 # Experiments on batching and KV-cache capacity against the running stack
-# (`make up` in another terminal; nothing is started here): a table, a plot
-# and the data per experiment in docs/experiments/. EXPERIMENT: batching,
+# (`make up` in another terminal; nothing is started here): a page (the run's
+# summary), a plot and the data per experiment under reports/experiments-<time>/
+# (`make keep` keeps a page in results/experiments/). EXPERIMENT: batching,
 # sweep, capacity, degradation or all; ENGINE_URL, EXPERIMENTS_GATEWAY_URL and
 # PROMETHEUS_URL point it at a stack on other ports; EXPERIMENTS_ARGS passes
 # options (--help lists them).
@@ -191,22 +192,37 @@ experiments: $(VENV)/.ready
 
 # The showcase re-measured at the current commit: make up's stack started,
 # the degradation shape direct and through the gateway, the dashboards and
-# the live page, the experiments and the capacity surface, written into
-# docs/load and docs/experiments and stamped; the stack stopped.
-.PHONY: showcase
-showcase: setup
+# the live page, the experiments and the capacity surface; raw results under
+# reports/showcase-<time>/, the summaries kept in results/load and
+# results/experiments, their pictures in docs/load and docs/experiments; the
+# stack stopped. It first checks for what it needs beyond `make setup`
+# (prometheus, chromium) and names the package that gives what is missing.
+.PHONY: showcase showcase-needs
+showcase: showcase-needs setup
 	$(VENV)/bin/python -m benchmarks.showcase
 
+# What the showcase needs beyond `make setup`, named before anything is set up
+# (the standard library alone: no virtualenv needed yet).
+showcase-needs:
+	@$(PYTHON) -m benchmarks.showcase_needs
+
 # Benchmarks that start their own engines, gateways and Redis (after waiting
-# for a quiet machine), print tables and write result.json, tables.md and
-# every process's log under reports/ (docs/benchmarks.md has the figures and
-# how they were made). `make bench` is admission control. BENCH_ARGS passes
+# for a quiet machine), print tables and write result.json, tables.md, every
+# process's log and summary.md under reports/ (docs/benchmarks.md has the
+# figures and how they were made; `make keep` keeps a run's summary). `make bench` is admission control. BENCH_ARGS passes
 # options (--help lists them): --out DIR writes there, --quiet-wait 0 does not
 # wait, --gateway-src DIR runs the gateway from another source tree, e.g. a
 # git worktree of an older commit.
 .PHONY: bench-overhead bench-limits bench-prefix bench-shared-state bench-adapters
 bench: setup
 	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
+
+# Keep a run: its summary into results/, its stamp into results/measurements.yaml
+# (its raw results stay under reports/, which git ignores; results/README.md):
+# make keep RUN=reports/<run> AS=results/<area>/<name> [NOTE="what it shows"]
+.PHONY: keep
+keep: $(VENV)/.ready
+	$(VENV)/bin/python -m benchmarks.keep $(RUN) $(AS) $(if $(NOTE),--note "$(NOTE)")
 
 # The benchmarks' own extra (vllm-router, the peer bench-overhead runs beside
 # the gateway), installed into the dev venv the first time it is needed.

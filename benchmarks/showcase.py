@@ -1,7 +1,10 @@
 """``make showcase``: re-measure what the showcase shows, at the current commit.
 
-Starts ``make up``'s stack with its defaults (one engine of the tiny model,
-the gateway, Prometheus), then runs, in order:
+First checks that the machine has what it needs beyond ``make setup``
+(``benchmarks.showcase_needs``: Prometheus, chromium) and stops at once,
+naming what is missing and the package that gives it. Then starts ``make
+up``'s stack with its defaults (one engine of the tiny model, the gateway,
+Prometheus) and runs, in order:
 
 1. the degradation shape under locust straight at vLLM, then through the
    gateway (``make load``), and their comparison (``make load-compare``);
@@ -11,10 +14,13 @@ the gateway, Prometheus), then runs, in order:
 2. the course's experiments and the capacity surface
    (``python -m benchmarks.experiments all``) against the same stack;
 
-writes what the docs cite into ``docs/load/`` and ``docs/experiments/``,
-each page stamped with the commit, the date and the command, and their
-entries in ``docs/measurements.yaml``; then stops the stack. It refuses a
-work tree with uncommitted changes: a stamp names the commit measured.
+writes every raw result under ``reports/showcase-<time>/`` (git ignores it),
+keeps the pictures the pages show in ``docs/load/`` and
+``docs/experiments/`` and the runs' summaries, stamped with the commit, the
+date, the command, the machine and the layout, in ``results/load/`` and
+``results/experiments/`` (their entries in ``results/measurements.yaml``
+replaced); then stops the stack. It refuses a work tree with uncommitted
+changes: a stamp names the commit measured.
 """
 
 import argparse
@@ -22,20 +28,28 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
+from benchmarks.harness import MachineState, machine_note, machine_state
+from benchmarks.keep import keep
+from benchmarks.showcase_needs import missing
+from benchmarks.summary.page import Stamp, restamp
 from deploy.local import ROOT, ManagedProcess
 
 COMMAND = "make showcase"
-LOAD = ROOT / "docs" / "load"
-EXPERIMENTS = ROOT / "docs" / "experiments"
-MANIFEST = ROOT / "docs" / "measurements.yaml"
+PICTURES = ROOT / "docs"
 GATEWAY = "http://127.0.0.1:8000"
 PROMETHEUS = "http://127.0.0.1:9090"
+LAYOUT = (
+    "`make up`'s stack: the engine on {cpus}, the gateway on the cores it leaves, Prometheus and"
+    " the load client not pinned"
+)
+LOAD_PAGES = {
+    "degradation-direct": "the degradation shape straight to vLLM",
+    "degradation-gateway": "the degradation shape through the gateway",
+    "direct-vs-gateway": "the two degradation runs side by side",
+}
 
 
 def git(*args: str) -> str:
@@ -54,99 +68,101 @@ def latest(folder: Path, suffix: str) -> Path:
     return max(folder.glob(f"*-{suffix}"), key=lambda path: path.stat().st_mtime)
 
 
-def stamp_page(page: Path, commit: str, date: str) -> None:
-    """A line under the page's title: what measured it, where."""
-    lines = page.read_text().splitlines()
-    line = (
-        f"Measured at {commit} ({date}) by `{COMMAND}` against `make up`'s stack with its"
-        " defaults (one engine of the tiny model, 24 KV blocks, the gateway as `make up`"
-        " sets it)."
+def showcase_stamp(commit: str, date: str, machine: str, note: str, raw: str) -> Stamp:
+    """The stamp of every page a run keeps (``raw``: where its raw results are)."""
+    cpus = os.environ.get("ENGINE_CPUS") or "all but the last core"
+    return Stamp(
+        commit=commit,
+        date=date,
+        command=COMMAND,
+        machine=machine,
+        layout=LAYOUT.format(cpus=cpus),
+        raw=f"not kept: they stay under {raw}/ on the machine that ran it",
+        note=note,
     )
-    page.write_text("\n".join([lines[0], "", line, *lines[1:]]) + "\n")
 
 
-def load_runs(scratch: Path, commit: str, date: str, log: Path) -> None:
+def load_runs(out: Path, log: Path) -> dict[str, Path]:
+    """The two load runs and their comparison; each page's picture put
+    where the pages show it. Returns each summary page by its kept name."""
     for target in ("direct", "gateway"):
         shape = ["--shape", "degradation", "--target", target]
-        run_step(["-m", "loadtests.run", *shape, "--out", str(scratch)], log)
-    direct = latest(scratch, "degradation-direct")
-    gateway = latest(scratch, "degradation-gateway")
-    compared = scratch / "compare"
+        run_step(["-m", "loadtests.run", *shape, "--out", str(out)], log)
+    direct = latest(out, "degradation-direct")
+    gateway = latest(out, "degradation-gateway")
+    compared = out / "compare"
     run_step(["-m", "loadtests.compare", str(direct), str(gateway), "--out", str(compared)], log)
-    shutil.rmtree(LOAD, ignore_errors=True)
-    LOAD.mkdir(parents=True)
+    pictures = PICTURES / "load"
+    pictures.mkdir(parents=True, exist_ok=True)
     for name, run in (("direct", direct), ("gateway", gateway)):
-        shutil.copy(run / "summary.md", LOAD / f"degradation-{name}.md")
-        shutil.copy(run / "summary.json", LOAD / f"degradation-{name}.json")
         dashboard = run / "dashboard-degradation.png"
         if dashboard.exists():
-            shutil.copy(dashboard, LOAD / f"dashboard-degradation-{name}.png")
+            shutil.copy(dashboard, pictures / f"dashboard-degradation-{name}.png")
     if (gateway / "live-page.png").exists():
-        shutil.copy(gateway / "live-page.png", LOAD / "live-page.png")
-    shutil.copy(compared / "compare.md", LOAD / "direct-vs-gateway.md")
-    shutil.copy(compared / "compare.png", LOAD / "direct-vs-gateway.png")
-    for page in LOAD.glob("*.md"):
-        stamp_page(page, commit, date)
+        shutil.copy(gateway / "live-page.png", pictures / "live-page.png")
+    shutil.copy(compared / "compare.png", pictures / "direct-vs-gateway.png")
+    return {
+        "degradation-direct": direct / "summary.md",
+        "degradation-gateway": gateway / "summary.md",
+        "direct-vs-gateway": compared / "compare.md",
+    }
 
 
-def stamp_manifest(manifest_path: Path, commit: str, date: str, took: float) -> None:
-    """Replace the two folders' entries in the manifest of measurements."""
-    text = manifest_path.read_text()
-    manifest = yaml.safe_load(text)
-    header = text.split("measurements:", 1)[0]
-    kept = [
-        entry
-        for entry in manifest["measurements"]
-        if entry["path"] not in ("docs/load", "docs/experiments")
-    ]
-    for path, what in (
-        ("docs/load", "the degradation shape direct and through the gateway, the dashboards"),
-        ("docs/experiments", "the course's experiments and the capacity surface"),
-    ):
-        kept.append(
-            {
-                "path": path,
-                "commit": commit,
-                "date": date,
-                "command": COMMAND,
-                "note": f"{what}; the whole command took {took / 60:.0f} min",
-            }
-        )
-    kept.sort(key=lambda entry: entry["path"])
-    body = yaml.safe_dump({"measurements": kept}, sort_keys=False, allow_unicode=True, width=100)
-    manifest_path.write_text(header + body)
+def keep_pages(
+    pages: dict[str, Path], area: str, stamp: Stamp, notes: dict[str, str], root: Path = ROOT
+) -> None:
+    """Each page stamped and kept as ``results/<area>/<name>.md`` (its
+    pictures into ``docs/<area>/``), replacing the run kept before."""
+    for name, page in pages.items():
+        page.write_text(restamp(page.read_text(), stamp))
+        note = notes.get(name, stamp.note)
+        kept = keep(page, f"results/{area}/{name}", note=note, replace=True, root=root)
+        print(f"kept {kept.relative_to(root)}", flush=True)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--allow-dirty", action="store_true", help="measure uncommitted code")
     args = parser.parse_args()
+    lacking = missing()
+    if lacking:
+        print(f"make showcase needs {'; '.join(lacking)}", file=sys.stderr)
+        return 2
     if git("status", "--porcelain", "--untracked-files=no") and not args.allow_dirty:
         print("uncommitted changes: commit first (a stamp names the commit measured)")
         return 2
     commit = git("rev-parse", "--short", "HEAD")
     date = time.strftime("%Y-%m-%d", time.gmtime())
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="showcase-") as tmp:
-        scratch = Path(tmp)
-        log = scratch / "steps.log"
-        env = {"TRACES": "off", "GATEWAYS": "1", "ENGINE_REPLICAS": "1"}
-        stack = ManagedProcess("stack", [sys.executable, "deploy/stack.py"], env, scratch)
-        try:
-            stack.wait_http(f"{GATEWAY}/health/ready", timeout=900)
-            stack.wait_http(f"{PROMETHEUS}/-/ready", timeout=60)
-            load_runs(scratch, commit, date, log)
-            run_step(["-m", "benchmarks.experiments", "all", "--out", str(EXPERIMENTS)], log)
-        except (subprocess.CalledProcessError, RuntimeError, TimeoutError):
-            print(log.read_text() if log.exists() else "", file=sys.stderr)
-            print(stack.log_tail(60), file=sys.stderr)
-            raise
-        finally:
-            stack.stop(timeout=60)
-    took = time.monotonic() - started
-    stamp_manifest(MANIFEST, commit, date, took)
-    print(f"showcase measured at {commit} in {took / 60:.1f} min: docs/load, docs/experiments")
+    out = ROOT / "reports" / f"showcase-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
+    out.mkdir(parents=True)
+    log = out / "steps.log"
+    started, before = time.monotonic(), machine_state()
+    env = {"TRACES": "off", "GATEWAYS": "1", "ENGINE_REPLICAS": "1"}
+    stack = ManagedProcess("stack", [sys.executable, "deploy/stack.py"], env, out)
+    try:
+        stack.wait_http(f"{GATEWAY}/health/ready", timeout=900)
+        stack.wait_http(f"{PROMETHEUS}/-/ready", timeout=60)
+        load = load_runs(out / "load", log)
+        experiments = out / "experiments"
+        run_step(["-m", "benchmarks.experiments", "all", "--out", str(experiments)], log)
+    except (subprocess.CalledProcessError, RuntimeError, TimeoutError):
+        print(log.read_text() if log.exists() else "", file=sys.stderr)
+        print(stack.log_tail(60), file=sys.stderr)
+        raise
+    finally:
+        stack.stop(timeout=60)
+    took = f"the whole command took {(time.monotonic() - started) / 60:.0f} min"
+    machine = _machine(before, machine_state())
+    stamp = showcase_stamp(commit, date, machine, took, str(out.relative_to(ROOT)))
+    keep_pages(load, "load", stamp, {k: f"{v}; {took}" for k, v in LOAD_PAGES.items()})
+    pages = {page.stem: page for page in sorted(experiments.glob("*.md"))}
+    keep_pages(pages, "experiments", stamp, {})
+    print(f"showcase measured at {commit}: results/load, results/experiments; raw in {out}")
     return 0
+
+
+def _machine(before: MachineState, after: MachineState) -> str:
+    return machine_note(before, after).removeprefix("Machine at the start: ").rstrip(".")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from typing import Any
 
 from benchmarks.experiments import batching, degradation, kv_capacity, surface, sweep
 from benchmarks.experiments.engine import EngineInfo, engine_info
-from benchmarks.experiments.output import DOCS, NotApplicable, stamp
+from benchmarks.experiments.output import NotApplicable, default_out, stamp, stamp_page
 from benchmarks.harness import Client, engine_idle, machine_note, machine_state
 from deploy.local import ROOT
 
@@ -43,7 +43,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--prometheus-url", default=env.get("PROMETHEUS_URL", "http://127.0.0.1:9090")
     )
-    parser.add_argument("--out", type=Path, default=DOCS)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where the pages, data and plots go (default reports/experiments-<time>)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement (median)")
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     parser.add_argument("--prompts", type=int, default=32, help="batching: prompts per run")
@@ -92,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(raw)
     names = list(EXPERIMENTS) if args.experiment == "all" else [args.experiment]
+    args.out = args.out or default_out()
     args.out.mkdir(parents=True, exist_ok=True)
     for name in names:
         info = engine_info(args.engine_url)
@@ -111,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" {machine_note(before, after)}"
         )
         page = render(result, info, footer, args.out)
+        machine = machine_note(before, after).removeprefix("Machine at the start: ").rstrip(".")
+        stamp_page(page, shown_command(raw, name), machine)
         path = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
         print(f"{name}: {path}", flush=True)
     return 0

@@ -1,5 +1,6 @@
 """Running a benchmark: the options every one takes, the quiet-machine wait,
-its processes, and its output folder (result.json, tables.md, logs/)."""
+its processes, and its output folder (result.json, tables.md, logs/, and
+summary.md: what ``python -m benchmarks.keep`` keeps in git)."""
 
 import argparse
 import asyncio
@@ -75,11 +76,13 @@ def run_benchmark(
 ) -> None:
     """Wait for a quiet machine, run ``run`` with its processes (all stopped
     at the end, whatever happens; their logs in ``logs/``), then write
-    ``result.json`` and ``tables.md`` (what ``render`` makes of the result)
-    and print the tables."""
+    ``result.json``, ``tables.md`` (what ``render`` makes of the result) and
+    ``summary.md`` (the tables, each round and the run's stamp), and print
+    the tables."""
     out = out_dir(name, args.out)
     quiet = wait_for_quiet(args.quiet_wait * 60)
     result: dict[str, Any] = {
+        "benchmark": name,
         "args": vars(args),
         "machine": machine(),
         "quiet": asdict(quiet),
@@ -92,5 +95,10 @@ def run_benchmark(
     write_json(out / "result.json", result)
     text = render(result)
     (out / "tables.md").write_text(text)
+    # Imported here: the summaries read the benchmarks' own names, and the
+    # benchmarks import this harness.
+    from benchmarks.summary.write import write_summary
+
+    summary = write_summary(out, name, result, text)
     print("\n" + text)
-    print(f"written to {out}")
+    print(f"written to {out}; keep it with: python -m benchmarks.keep {summary.parent} results/...")

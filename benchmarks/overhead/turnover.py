@@ -14,7 +14,7 @@ successors were admitted (handed its places), how long after it their first
 tokens came, and how much of the shortfall falls within it.
 
 Run: ``python -m benchmarks.overhead.turnover LOG [LOG ...] --cap 128`` (a log
-may be gzipped, as the ones kept under ``docs/overhead/`` are).
+may be gzipped, as the ones in the history under ``docs/overhead/`` are).
 """
 
 import argparse

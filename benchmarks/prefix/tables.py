@@ -16,12 +16,16 @@ def setting_line(run: dict[str, Any]) -> str:
 
 
 def mix_table(rows: list[dict[str, Any]], skewed: bool) -> str:
+    """Per setting over its rounds: the hit rate pooled over the rounds'
+    prefix queries (each round's beside it), TTFT and throughput as the mean
+    of the rounds (the headers say so: other benchmarks' tables give medians),
+    counts summed."""
     headers = [
         "setting",
         "prefix cache hit rate (runs)",
-        "TTFT p50 ms",
-        "TTFT p99 ms",
-        "out tok/s",
+        "TTFT p50 ms, mean of rounds",
+        "TTFT p99 ms, mean of rounds",
+        "out tok/s, mean of rounds",
         "preempt",
         "served (refused)",
         "affinity hits",

@@ -1,11 +1,19 @@
 """The rules the experiments (benchmarks/experiments/) read their data by:
 which plateau is which, which steps the 10× run takes, what a page shows as
-its command. Pure functions; the experiments themselves run against a stack."""
+its command, where it writes and the stamp its page carries. Pure functions;
+the experiments themselves run against a stack."""
 
-from benchmarks.experiments.__main__ import shown_command
+from pathlib import Path
+
+import pytest
+
+from benchmarks.experiments import output
+from benchmarks.experiments.__main__ import parse_args, shown_command
 from benchmarks.experiments.burst import Run, median_run
 from benchmarks.experiments.degradation import choose_steps
+from benchmarks.experiments.output import default_out, stamp_page
 from benchmarks.experiments.sweep import verdict
+from benchmarks.summary.page import read_stamp
 
 
 def run(
@@ -59,3 +67,23 @@ def test_the_median_run_is_a_real_run() -> None:
 def test_pages_show_the_command_without_local_addresses() -> None:
     argv = ["all", "--engine-url", "http://127.0.0.1:18001", "--out=/tmp/x", "--repeats", "5"]
     assert shown_command(argv, "sweep") == "python -m benchmarks.experiments sweep --repeats 5"
+
+
+def test_a_run_writes_under_reports_not_into_docs() -> None:
+    assert parse_args(["sweep"]).out is None  # main() takes default_out()
+    assert default_out().parent.name == "reports"
+
+
+def test_a_page_is_stamped_as_a_runs_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit of the tree it ran from, as git would give it (no git here).
+    monkeypatch.setattr(output, "source_commit", lambda src: "abc1234 Docs: a subject")
+    page = tmp_path / "sweep-24-blocks.md"
+    page.write_text("# The n-sweep\n\n| n |\n|---|\n")
+    stamp_page(page, "python -m benchmarks.experiments sweep", "2 cores, load average 0.5")
+    stamp = read_stamp(page.read_text())
+    assert stamp is not None
+    assert (stamp.commit, stamp.command) == ("abc1234", "python -m benchmarks.experiments sweep")
+    assert stamp.layout.startswith("the running stack's")
+    assert page.read_text().rstrip().endswith("| n |\n|---|")

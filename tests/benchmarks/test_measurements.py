@@ -1,26 +1,30 @@
-"""Every measured file under ``docs/`` carries a stamp (``docs/measurements.yaml``):
-the commit it was measured at, the date, the command — so a figure cannot
-land without saying what produced it.
+"""Every run a page quotes has its summary under ``results/``, and every
+summary its stamp in ``results/measurements.yaml``: the commit it measured,
+the date, the command, the machine and the layout — so a figure cannot land
+without saying what produced it — and where its raw results are.
 
-Measured files are everything in ``docs/``'s folders (raw results, report
-pages, plots, logs), but for the ``README.md`` indexes of the runs beside them.
-A commit is checked against the history where the checkout has it (a fresh
+The header at the top of a summary and its entry in the manifest say the
+same (the summary is what review reads, the manifest what tools read). A
+commit is checked against the history where the checkout has it (a fresh
 clone does; a shallow one does not, and then only its form is checked), and
-against what the raw results recorded where they recorded one."""
+so is each legacy run's raw results' commit and path."""
 
-import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from benchmarks.summary.page import read_stamp
+from tests.docs.pages import has_history, history_references, in_history
+
 ROOT = Path(__file__).resolve().parents[2]
-MANIFEST = ROOT / "docs" / "measurements.yaml"
+RESULTS = ROOT / "results"
+MANIFEST = RESULTS / "measurements.yaml"
 DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 COMMIT = re.compile(r"^[0-9a-f]{7,40}$")
+STAMPED = ("commit", "date", "command", "machine", "layout", "raw")
 
 
 def entries() -> list[dict[str, Any]]:
@@ -28,74 +32,51 @@ def entries() -> list[dict[str, Any]]:
     return listed
 
 
-def measured_files() -> list[str]:
+def summaries() -> list[str]:
+    """Every summary: the Markdown files under results/ but the READMEs."""
     return sorted(
         str(p.relative_to(ROOT))
-        for p in (ROOT / "docs").glob("*/**/*")
+        for p in RESULTS.glob("**/*.md")
         if p.is_file() and p.name != "README.md"
     )
 
 
-def stamp_of(path: str, stamps: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The entry covering ``path``: the longest that is its folder or its
-    name without the extension."""
-    covering = [
-        e for e in stamps if path.startswith(e["path"] + "/") or path.startswith(e["path"] + ".")
-    ]
-    return max(covering, key=lambda e: len(e["path"]), default=None)
-
-
-def test_every_measured_file_is_stamped() -> None:
-    stamps = entries()
-    unstamped = [path for path in measured_files() if stamp_of(path, stamps) is None]
-    assert unstamped == [], f"add them to {MANIFEST.relative_to(ROOT)}"
-    # And no entry stamps nothing (a run moved or deleted).
-    used = {id(stamp_of(path, stamps)) for path in measured_files()}
-    assert [e["path"] for e in stamps if id(e) not in used] == []
+def test_every_summary_is_stamped_and_every_stamp_has_its_summary() -> None:
+    stamped = [e["path"] for e in entries()]
+    assert len(stamped) == len(set(stamped)), "a summary stamped twice"
+    assert sorted(set(summaries()) - set(stamped)) == [], f"stamp them in {MANIFEST.name}"
+    assert sorted(set(stamped) - set(summaries())) == [], "a stamp without its summary"
 
 
 @pytest.mark.parametrize("entry", entries(), ids=lambda e: e["path"])
-def test_a_stamp_says_commit_date_and_command(entry: dict[str, Any]) -> None:
-    assert COMMIT.match(entry["commit"]), entry
+def test_a_stamp_says_commit_date_command_machine_and_layout(entry: dict[str, Any]) -> None:
+    assert COMMIT.match(str(entry["commit"])), entry
     assert DATE.match(str(entry["date"])), entry
-    assert entry["command"].strip(), entry
+    for field in ("command", "machine", "layout", "raw"):
+        assert str(entry.get(field, "")).strip(), (entry["path"], field)
 
 
-def _history() -> bool:
-    """Whether this checkout has the history to look commits up in."""
-    try:
-        shallow = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except OSError:
-        return False
-    return shallow.returncode == 0 and shallow.stdout.strip() == "false"
+@pytest.mark.parametrize("entry", entries(), ids=lambda e: e["path"])
+def test_a_summarys_header_says_what_its_stamp_says(entry: dict[str, Any]) -> None:
+    header = read_stamp((ROOT / entry["path"]).read_text())
+    assert header is not None, f"{entry['path']}: no stamp under its title"
+    for field in STAMPED:
+        assert " ".join(str(getattr(header, field)).split()) == " ".join(
+            str(entry[field]).split()
+        ), (entry["path"], field)
 
 
-def test_each_commit_is_in_the_history_and_is_the_one_its_results_recorded() -> None:
+def test_each_commit_and_each_legacy_runs_raw_results_are_in_the_history() -> None:
+    if not has_history():
+        pytest.skip("a shallow checkout: no history to look in")
     stamps = entries()
-    if _history():
-        missing = [
-            e["commit"]
-            for e in stamps
-            if subprocess.run(
-                ["git", "-C", str(ROOT), "cat-file", "-e", e["commit"] + "^{commit}"],
-                capture_output=True,
-                timeout=30,
-            ).returncode
-            != 0
-        ]
-        assert missing == []
-    recorded = 0
-    for raw in (ROOT / "docs").glob("*/**/*.json"):
-        result = json.loads(raw.read_text())
-        if not isinstance(result, dict) or "gateway_commit" not in result:
-            continue
-        stamp = stamp_of(str(raw.relative_to(ROOT)), stamps)
-        assert stamp is not None
-        assert str(result["gateway_commit"]).split()[0] == stamp["commit"], raw
-        recorded += 1
-    assert recorded >= 30  # the benchmarks' raw results do record theirs
+    assert [e["commit"] for e in stamps if not in_history(str(e["commit"]))] == []
+    references = [ref for e in stamps for ref in history_references(_coded(str(e["raw"])))]
+    assert len(references) >= 140  # the legacy runs' raw results, each at its last commit
+    assert [f"{c}:{p}" for c, p in references if not in_history(c, p)] == []
+
+
+def _coded(raw: str) -> str:
+    """The stamp's raw-results field as a summary's header writes it (each
+    ``git ...`` command in backticks), which is what the references are read from."""
+    return ", ".join(f"`{part}`" if part.startswith("git ") else part for part in raw.split(", "))
