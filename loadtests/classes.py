@@ -129,17 +129,21 @@ def plot_classes(
 
     names = sorted({name for classes in steps for name in classes})
     figure, (ttft, misses) = plt.subplots(1, 2, figsize=(11, 3.8))
-    for name in names:
+    for index, name in enumerate(names):
         rows = [classes.get(name) for classes in steps]
+        color = f"C{index}"  # one colour a class: its p99 solid, its p50 dashed
         for attribute, style in (("ttft_p99", "o-"), ("ttft_p50", "s--")):
             values = [getattr(row, attribute) if row else None for row in rows]
             ttft.plot(
                 users,
                 [float("nan") if v is None else v for v in values],
                 style,
+                color=color,
                 label=f"{name} {attribute.removeprefix('ttft_')}",
             )
-        misses.plot(users, [row.misses if row else 0 for row in rows], "o-", label=name)
+        misses.plot(
+            users, [row.misses if row else 0 for row in rows], "o-", color=color, label=name
+        )
     for axis, label in ((ttft, "TTFT per class (s)"), (misses, "misses per step")):
         axis.set_xscale("log", base=2)
         axis.set_xticks(list(users), [str(u) for u in users])
