@@ -197,9 +197,13 @@ experiments: $(VENV)/.ready
 # results/experiments, their pictures in docs/load and docs/experiments; the
 # stack stopped. It first checks for what it needs beyond `make setup`
 # (prometheus, chromium) and names the package that gives what is missing.
+# SHOWCASE_ARGS passes options (--help lists them): --rounds 5 runs the load
+# in rounds (direct, direct again, the gateway, alternated) and keeps their
+# summary; --shape classes runs chat and bulk users (--direct-priority: their
+# priority to vLLM direct too); --load-only skips the experiments.
 .PHONY: showcase showcase-needs
 showcase: showcase-needs setup
-	$(VENV)/bin/python -m benchmarks.showcase
+	$(VENV)/bin/python -m benchmarks.showcase $(SHOWCASE_ARGS)
 
 # What the showcase needs beyond `make setup`, named before anything is set up
 # (the standard library alone: no virtualenv needed yet).

@@ -18,13 +18,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from loadtests.shapes import SHAPE_CLASSES
 from loadtests.users import (
     AbandoningUser,
+    BulkUser,
     ChatUser,
+    PriorityChatUser,
     RAGUser,
     SummaryUser,
     TenantMixUser,
 )
 
-__all__ = ["AbandoningUser", "ChatUser", "RAGUser", "SummaryUser", "TenantMixUser"]
+__all__ = [
+    "AbandoningUser",
+    "BulkUser",
+    "ChatUser",
+    "PriorityChatUser",
+    "RAGUser",
+    "SummaryUser",
+    "TenantMixUser",
+]
 
 # Locust runs the shape classes it finds here that are not abstract: the one
 # LOAD_SHAPE names, or all of them for the web UI's class picker.

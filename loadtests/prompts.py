@@ -10,7 +10,9 @@ caching behaves as it would:
 - ``rag``: a long shared document (cached), then a varied question — the case
   where prefix caching saves the most;
 - ``summary``: a long document of its own to summarise in a few words —
-  nothing shared, so every request pays its full prefill.
+  nothing shared, so every request pays its full prefill;
+- ``bulk``: a passage of its own (about 150 words) to rewrite at length —
+  the batch work that shares an engine with interactive chat.
 
 This module must not import locust: benchmarks and tests use it in-process.
 """
@@ -81,6 +83,20 @@ class PromptFactory:
             {
                 "role": "user",
                 "content": f"Summarise in one sentence (#{next(self._counter)}):\n\n{document}",
+            }
+        ]
+
+    def bulk(self, words: int = 150) -> Messages:
+        """A passage of at least ``words`` words, whole sentences, to rewrite."""
+        picked: list[str] = []
+        while sum(len(sentence.split()) for sentence in picked) < words:
+            picked.append(self._rng.choice(self._sentences))
+        passage = " ".join(picked)
+        return [
+            {
+                "role": "user",
+                "content": f"Rewrite this for a visitor leaflet (#{next(self._counter)}):\n\n"
+                f"{passage}",
             }
         ]
 

@@ -5,7 +5,9 @@
 A run directory holds ``meta.json`` (shape, target, stages), ``records.jsonl``
 (one line per request, from the locust users) and ``samples.jsonl`` (the
 engine's and gateway's metrics, once a second). The report adds
-``steps.csv``, ``summary.json``, ``summary.md`` and one PNG per metric.
+``steps.csv``, ``summary.json``, ``summary.md`` and one PNG per metric; where
+the users were of more than one class, a section and a PNG per class
+(``loadtests/classes.py``).
 """
 
 import csv
@@ -15,6 +17,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from loadtests.classes import ClassStep, class_steps, describe_classes, plot_classes
 from loadtests.phases import Phases, Step, build_steps, detect_phases
 from loadtests.schedule import Stage
 
@@ -38,14 +41,25 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def load_run(run: Path) -> tuple[dict[str, Any], list[Step]]:
+def _read(run: Path) -> tuple[dict[str, Any], list[Stage], float, list[dict[str, Any]]]:
+    """The run's meta, its stages, when locust started, its requests."""
     meta = json.loads((run / "meta.json").read_text())
     records = read_jsonl(run / "records.jsonl")
     starts = [r["t"] for r in records if r.get("event") == "test_start"]
     requests = [r for r in records if "event" not in r]
     t0 = starts[0] if starts else meta["started"]
-    stages = [Stage(**stage) for stage in meta["stages"]]
+    return meta, [Stage(**stage) for stage in meta["stages"]], t0, requests
+
+
+def load_run(run: Path) -> tuple[dict[str, Any], list[Step]]:
+    meta, stages, t0, requests = _read(run)
     return meta, build_steps(stages, t0, requests, read_jsonl(run / "samples.jsonl"))
+
+
+def load_classes(run: Path) -> list[dict[str, ClassStep]]:
+    """The run's steps per class of users."""
+    _, stages, t0, requests = _read(run)
+    return class_steps(stages, t0, requests)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -156,16 +170,29 @@ def plot(steps: list[Step], out: Path, title: str) -> list[str]:
 
 def write_report(run: Path) -> dict[str, Any]:
     meta, steps = load_run(run)
+    classes = load_classes(run)
     phases = detect_phases(steps)
     with (run / "steps.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=[f.name for f in fields(Step)])
         writer.writeheader()
         for step in steps:
             writer.writerow(asdict(step))
-    summary = {"meta": meta, "steps": [asdict(s) for s in steps], "phases": phases.as_dict()}
+    summary = {
+        "meta": meta,
+        "steps": [asdict(s) for s in steps],
+        "phases": phases.as_dict(),
+        "classes": [{name: c.as_dict() for name, c in step.items()} for step in classes],
+    }
     (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    (run / "summary.md").write_text(describe(meta, steps, phases))
-    plot(steps, run, f"{meta['shape']} → {meta['target']}")
+    page = describe(meta, steps, phases)
+    title = f"{meta['shape']} → {meta['target']}"
+    # One class (the degradation's chat users) needs no section of its own.
+    if len({name for step in classes for name in step}) > 1:
+        users = [step.users for step in steps]
+        page += "\n" + describe_classes(users, classes)
+        plot_classes(users, classes, run, title)
+    (run / "summary.md").write_text(page)
+    plot(steps, run, title)
     return summary
 
 

@@ -9,6 +9,12 @@ every second, the Prometheus range data of the run window when Prometheus is
 reachable (plus a snapshot of the Degradation dashboard), and the report
 (``summary.md``, ``summary.json``, ``steps.csv``, PNG plots per step).
 
+``--direct-priority``: straight at vLLM, the class users put their class's
+priority in the body (the engine must run ``--scheduling-policy priority``,
+as the project's do); through the gateway they never do, the gateway sets it.
+``--no-live-page``: no browser beside the run (runs compared with each other
+should carry the same load besides their own).
+
 Locust runs as a subprocess: importing it would patch this process with gevent.
 """
 
@@ -112,6 +118,14 @@ def main() -> int:
         "--prometheus", default=os.environ.get("PROMETHEUS_URL", "http://127.0.0.1:9090")
     )
     parser.add_argument("--out", type=Path, default=ROOT / "reports")
+    parser.add_argument(
+        "--direct-priority",
+        action="store_true",
+        help="straight at vLLM, the class users send their class's priority in the body",
+    )
+    parser.add_argument(
+        "--no-live-page", action="store_true", help="no screenshot of the gateway's live page"
+    )
     args = parser.parse_args()
 
     url = args.gateway_url if args.target == "gateway" else args.engine_url
@@ -128,6 +142,8 @@ def main() -> int:
     run.mkdir(parents=True)
     users = os.environ.get("LOAD_USER_CLASSES", DEFAULT_USERS[args.shape]).split(",")
     env = {**os.environ, "LOAD_SHAPE": args.shape, "LOAD_RECORDS": str(run / "records.jsonl")}
+    body_priority = args.direct_priority and args.target == "direct"
+    env["LOAD_BODY_PRIORITY"] = "1" if body_priority else "0"
     command = [
         sys.executable,
         "-m",
@@ -158,7 +174,9 @@ def main() -> int:
         "started_iso": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
         "stages": [asdict(stage) for stage in schedule(args.shape)],
         "users": users,
-        "command": f"python -m loadtests.run --shape {args.shape} --target {args.target}",
+        "body_priority": body_priority,
+        "command": f"python -m loadtests.run --shape {args.shape} --target {args.target}"
+        + (" --direct-priority" if args.direct_priority else ""),
         "env": {
             k: v for k, v in os.environ.items() if k.startswith(("LOAD_", "ENGINE_", "GATEWAY_"))
         },
@@ -171,7 +189,8 @@ def main() -> int:
         run / "samples.jsonl",
     )
     sampler.start()
-    watcher = live_page_watcher(args, run) if args.target == "gateway" else None
+    watched = args.target == "gateway" and not args.no_live_page
+    watcher = live_page_watcher(args, run) if watched else None
     with (run / "locust.log").open("wb") as log:
         code = subprocess.run(
             command, env=env, cwd=run, stdout=log, stderr=subprocess.STDOUT, check=False

@@ -34,6 +34,13 @@ class DegradationShape(ScheduledShape):
     shape = "degradation"
 
 
+class ClassesShape(ScheduledShape):
+    """The degradation's steps, its users of two classes (chat and bulk)."""
+
+    abstract = True
+    shape = "classes"
+
+
 class SpikeShape(ScheduledShape):
     abstract = True
     shape = "spike"
@@ -51,6 +58,7 @@ class SoakShape(ScheduledShape):
 
 SHAPE_CLASSES: dict[str, type[ScheduledShape]] = {
     "degradation": DegradationShape,
+    "classes": ClassesShape,
     "spike": SpikeShape,
     "ramp": RampShape,
     "soak": SoakShape,

@@ -10,7 +10,11 @@ request, as a well-behaved client does.
 
 Variables: ``LOAD_MODEL`` (default: the first model the target lists),
 ``LOAD_MAX_TOKENS`` (256), ``LOAD_IGNORE_EOS`` (1 for fixed lengths; 0 for
-natural ones), ``LOAD_RECORDS`` (a file path).
+natural ones), ``LOAD_RECORDS`` (a file path). The two classes' users
+(``PriorityChatUser``, ``BulkUser``) also read ``LOAD_BODY_PRIORITY`` (1:
+their class's priority in the body, for vLLM straight, as the gateway would
+set it) and ``LOAD_SLO_MS_CHAT`` / ``LOAD_SLO_MS_BULK`` (a TTFT objective,
+sent as ``x-slo-ttft-ms`` and recorded, so the report counts what missed it).
 """
 
 import json
@@ -45,6 +49,7 @@ def _on_start(environment: Environment, **_: Any) -> None:
         model=model,
         max_tokens=int(os.environ.get("LOAD_MAX_TOKENS", "256")),
         ignore_eos=os.environ.get("LOAD_IGNORE_EOS", "1") == "1",
+        body_priority=os.environ.get("LOAD_BODY_PRIORITY", "0") == "1",
     )
     path = os.environ.get("LOAD_RECORDS")
     if path:
@@ -79,6 +84,13 @@ class StreamingUser(HttpUser):
     def headers(self) -> dict[str, str]:
         return {}
 
+    def extra_body(self) -> dict[str, Any]:
+        return {}
+
+    def objective(self) -> float | None:
+        """The TTFT this user's requests are promised, seconds (None: none)."""
+        return None
+
     @task
     def stream(self) -> None:
         body = {
@@ -90,6 +102,7 @@ class StreamingUser(HttpUser):
         }
         if _settings["ignore_eos"]:
             body["ignore_eos"] = True
+        body.update(self.extra_body())
         leave_at = random.randint(*self.abandon_after) if self.abandon_after else None
         wall = time.time()
         meter = StreamMeter(started=time.perf_counter())
@@ -149,6 +162,7 @@ class StreamingUser(HttpUser):
                         "tokens": meter.tokens,
                         "abandoned": abandoned,
                         "error": error,
+                        "slo": self.objective(),
                     }
                 )
                 + "\n"
@@ -213,3 +227,57 @@ class TenantMixUser(StreamingUser):
             "X-Tenant-Id": random.choice(self.TENANTS),
             "X-Priority": random.choice(self.PRIORITIES),
         }
+
+
+class ClassUser(StreamingUser):
+    """A user of one service class: its ``X-Priority`` to the gateway, which
+    orders its queue by it and hands the class's priority on to vLLM. Straight
+    at vLLM (``LOAD_BODY_PRIORITY=1``) the body carries that priority itself
+    (lower runs first under ``--scheduling-policy priority``), so vLLM alone
+    gets the same order to work with; an engine run with ``fcfs`` refuses a
+    non-zero one, so it is sent only when asked."""
+
+    abstract = True
+    priority: ClassVar[str] = "normal"
+    engine_priority: ClassVar[int] = 0
+
+    def headers(self) -> dict[str, str]:
+        headers = {"X-Priority": self.priority}
+        objective = os.environ.get(f"LOAD_SLO_MS_{self.label.upper()}")
+        if objective:
+            headers["x-slo-ttft-ms"] = objective
+        return headers
+
+    def extra_body(self) -> dict[str, Any]:
+        return {"priority": self.engine_priority} if _settings.get("body_priority") else {}
+
+    def objective(self) -> float | None:
+        objective = os.environ.get(f"LOAD_SLO_MS_{self.label.upper()}")
+        return int(objective) / 1000 if objective else None
+
+
+class PriorityChatUser(ClassUser):
+    """Interactive chat: short answers, a person reading between them."""
+
+    weight = 1
+    label = "chat"
+    priority = "high"
+    engine_priority = -1
+    max_tokens = 24
+    wait_time = constant(0.3)
+
+    def messages(self) -> Messages:
+        return _prompts.chat()
+
+
+class BulkUser(ClassUser):
+    """Batch work: a passage of its own to rewrite at length, back to back."""
+
+    weight = 1
+    label = "bulk"
+    priority = "low"
+    engine_priority = 1
+    max_tokens = 200
+
+    def messages(self) -> Messages:
+        return _prompts.bulk()

@@ -3,13 +3,15 @@ needs, and each page it keeps carries its stamp in results/, the other
 runs' stamps left as they were. The run itself starts a whole stack; these
 tests start nothing."""
 
+import argparse
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
-from benchmarks import showcase, showcase_needs
-from benchmarks.summary.page import read_stamp
+from benchmarks import showcase, showcase_needs, showcase_rounds
+from benchmarks.summary.page import Stamp, read_stamp
 
 MANIFEST = """measurements:
 - path: results/adapters/burst.md
@@ -85,3 +87,140 @@ def test_each_page_is_kept_stamped_and_the_other_runs_stay(tmp_path: Path) -> No
     entries = yaml.safe_load((tmp_path / "results/measurements.yaml").read_text())
     paths = [e["path"] for e in entries["measurements"]]
     assert paths == ["results/adapters/burst.md", "results/load/degradation-gateway.md"]
+
+
+# --- the rounds (benchmarks/showcase_rounds.py) and the options -----------
+
+
+def fake_run(calls: list[tuple[list[str], dict[str, str]]]) -> showcase_rounds.Runner:
+    """A run that leaves a summary.json where loadtests.run would."""
+
+    def run(argv: list[str], env: dict[str, str]) -> None:
+        calls.append((argv, env))
+        out = Path(argv[argv.index("--out") + 1]) / "20261207-000000-degradation-x"
+        out.mkdir(parents=True)
+        steps = [{"users": 16, "tokens_per_s": 100.0, "ttft_p50": 0.1, "ttft_p99": 0.2}]
+        summary = {"meta": {"stages": [{"start": 0, "end": 45, "users": 16}]}, "steps": steps}
+        (out / "summary.json").write_text(json.dumps(summary))
+
+    return run
+
+
+def test_each_round_runs_direct_direct_again_and_the_gateway_rotated(tmp_path: Path) -> None:
+    calls: list[tuple[list[str], dict[str, str]]] = []
+    settled: list[int] = []
+    plan = showcase_rounds.RoundsPlan(rounds=3, direct_priority=True)
+    page = showcase_rounds.run_rounds(
+        plan, tmp_path, fake_run(calls), lambda: settled.append(len(calls))
+    )
+    outs = [Path(argv[argv.index("--out") + 1]) for argv, _ in calls]
+    assert [(o.parent.name, o.name) for o in outs[:4]] == [
+        ("round-1", "direct"),
+        ("round-1", "again"),
+        ("round-1", "gateway"),
+        ("round-2", "again"),
+    ]
+    assert [o.name for o in outs[6:]] == ["gateway", "direct", "again"]
+    for argv, env in calls:
+        target = argv[argv.index("--target") + 1]
+        assert target == ("gateway" if "gateway" in argv[argv.index("--out") + 1] else "direct")
+        assert "--no-live-page" in argv
+        assert "--direct-priority" in argv
+        assert env["LOAD_LONG_STEP_SECONDS"] == "45"
+        assert env["LOAD_LONG_FROM"] == "16"
+    # Every run starts on an idle engine.
+    assert settled == list(range(9))
+    assert "in 3 rounds" in page.read_text()
+
+
+def options(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    showcase_rounds.add_options(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_rounds_hold_the_steps_past_the_knee_longer_unless_told() -> None:
+    assert showcase_rounds.plan_of(options()) is None
+    plan = showcase_rounds.plan_of(options("--rounds", "5", "--shape", "classes"))
+    assert plan == showcase_rounds.RoundsPlan(rounds=5, shape="classes", long_steps=45.0)
+    unlong = showcase_rounds.plan_of(options("--rounds", "2", "--long-steps", "0"))
+    assert unlong is not None
+    assert unlong.env() == {}
+
+
+def test_the_stamp_names_the_options_it_ran_with() -> None:
+    assert showcase.command_of([]) == "make showcase"
+    assert showcase.command_of(["--rounds", "5"]) == 'make showcase SHOWCASE_ARGS="--rounds 5"'
+
+
+def test_the_degradation_keeps_the_names_the_docs_link_and_classes_its_own() -> None:
+    assert showcase.kept_names("degradation") == {
+        "direct": "degradation-direct",
+        "gateway": "degradation-gateway",
+        "compare": "direct-vs-gateway",
+        "live": "live-page",
+    }
+    assert set(showcase.load_notes("classes", "took 1 min")) == {
+        "classes-direct",
+        "classes-gateway",
+        "classes-direct-vs-gateway",
+    }
+
+
+class Stack:
+    def __init__(self, *args: object) -> None:
+        pass
+
+    def wait_http(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def stop(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def run_main(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *argv: str
+) -> tuple[list[list[str]], list[tuple[dict[str, Path], str, Stamp, dict[str, str]]]]:
+    """``showcase.main`` with the stack, the runs and the keeping faked:
+    the steps it ran, and what it kept."""
+    steps: list[list[str]] = []
+    kept: list[tuple[dict[str, Path], str, Stamp, dict[str, str]]] = []
+    monkeypatch.setattr("sys.argv", ["showcase", *argv])
+    monkeypatch.setattr(showcase, "ROOT", tmp_path)
+    monkeypatch.setattr(showcase, "missing", lambda: [])
+    monkeypatch.setattr(showcase, "git", lambda *a: "" if a[0] == "status" else "abc1234")
+    monkeypatch.setattr(showcase, "ManagedProcess", Stack)
+    monkeypatch.setattr(showcase, "machine_state", lambda: None)
+    monkeypatch.setattr(showcase, "_machine", lambda *a: "2 cores")
+    monkeypatch.setattr(showcase, "run_step", lambda argv, *a: steps.append(argv))
+    monkeypatch.setattr(showcase, "keep_pages", lambda *a: kept.append(a))
+    monkeypatch.setattr(
+        showcase, "load_runs", lambda out, log, shape, *a: {f"{shape}-direct": out / "d.md"}
+    )
+    monkeypatch.setattr(
+        showcase, "rounds_runs", lambda out, log, plan: {f"{plan.shape}-rounds": out / "r.md"}
+    )
+    assert showcase.main() == 0
+    return steps, kept
+
+
+def test_in_rounds_it_keeps_the_rounds_summary_under_its_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    steps, kept = run_main(monkeypatch, tmp_path, "--rounds", "2", "--load-only")
+    assert steps == []  # --load-only: no experiments
+    ((pages, area, stamp, notes),) = kept
+    assert (list(pages), area) == (["degradation-rounds"], "load")
+    assert stamp.command == 'make showcase SHOWCASE_ARGS="--rounds 2 --load-only"'
+    assert "in 2 rounds" in notes["degradation-rounds"]
+
+
+def test_without_options_it_runs_as_it_did(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    steps, kept = run_main(monkeypatch, tmp_path)
+    assert [argv[:3] for argv in steps] == [["-m", "benchmarks.experiments", "all"]]
+    assert [(list(k[0]), k[1]) for k in kept] == [
+        (["degradation-direct"], "load"),
+        ([], "experiments"),
+    ]
+    assert kept[0][2].command == "make showcase"
+    assert kept[0][3]["degradation-direct"].startswith("the degradation shape straight to vLLM")

@@ -35,17 +35,19 @@ def probe(**env: str) -> dict[str, list[str]]:
     return found
 
 
-@pytest.mark.parametrize("shape", ["degradation", "spike", "ramp", "soak"])
+@pytest.mark.parametrize("shape", ["degradation", "classes", "spike", "ramp", "soak"])
 def test_one_named_shape_runs(shape: str) -> None:
     assert probe(LOAD_SHAPE=shape)["shapes"] == [shape]
 
 
 def test_the_web_ui_is_offered_every_shape_and_user() -> None:
     found = probe()
-    assert found["shapes"] == ["degradation", "ramp", "soak", "spike"]
+    assert found["shapes"] == ["classes", "degradation", "ramp", "soak", "spike"]
     assert found["users"] == [
         "AbandoningUser",
+        "BulkUser",
         "ChatUser",
+        "PriorityChatUser",
         "RAGUser",
         "SummaryUser",
         "TenantMixUser",
