@@ -36,6 +36,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--parts", type=parts, default=list(PARTS), help=",".join(PARTS))
     p.add_argument("--rounds", type=int, default=5, help="every target once per round")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument(
+        "--gateway-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a GATEWAY_* setting for every gateway of the run (repeatable)",
+    )
     engine = p.add_argument_group("make up's engine (mixed, objectives, tenants)")
     engine.add_argument("--kv-blocks", type=int, default=24)
     engine.add_argument("--max-num-seqs", type=int, default=128)

@@ -140,6 +140,8 @@ class ClassesStack:
             return
         admin_port = free_port()
         settings = gateway_settings(t, engine.url, seqs, admin_port)
+        # The run's own settings for every gateway (``--gateway-env``).
+        settings.update(kv.split("=", 1) for kv in self.args.gateway_env)
         gateway = self.procs.gateway(f"gateway-{run}", settings, Path(self.args.gateway_src))
         try:
             wait_ready([gateway], timeout=120)
