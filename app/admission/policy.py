@@ -1,115 +1,34 @@
 """The admission policy: state and decisions only — no I/O, no clock, no asyncio.
 
-What it decides, and why
-------------------------
-vLLM degrades in two stages: while the KV cache has room, more concurrent
-requests mostly cost per-user latency; once it runs out, the scheduler
-preempts running requests and recomputes them later, and everyone's latency
-jumps while useful throughput falls. The policy keeps the engine on the
-graceful side of that knee.
+What it decides, each piece in a module of its own (the reasoning, for an
+operator, is docs/admission.md):
 
-*Demand.* Each sequence needs KV blocks for its prompt and its output:
-``ceil((prompt + max_output) / block_size)``; a request runs one sequence
-per prompt of a batch, times ``n``. vLLM allocates blocks as tokens appear,
-so this is the request's worst case, not what it holds now. The engine
-holds no extra block per request, but one block of the cache is never the
-requests': vLLM's block pool keeps it as its null block. The budget counts
-the blocks requests can hold (``EngineBudget.usable_blocks``). Prompts are
-counted with the model's tokenizer (``app.tokens``), so the worst case is
-the request's real one.
+- where a request may go and whether it fits there: each engine's budget of
+  KV blocks and sequences, its overcommit held to what preemption may cost
+  (``app.admission.budget``, ``app.admission.recompute``), its learned
+  sequence cap and refill lead (``app.admission.sequence_cap``,
+  ``app.admission.refill``), paced starts where the cache binds
+  (``app.admission.pace``); the router picks among the engines where it
+  fits (``app.routing``);
+- in what order waiting requests go: class, then fair share between
+  tenants, then each request's deadline (``app.admission.fairqueue``; the
+  classes: ``app.admission.classes``). The head of the order is not
+  overtaken: only requests for a model whose engines are full wait behind
+  it; one waiting by choice for the engine that holds its prompt
+  (``affinity_wait``) keeps its place while the ones behind it go;
+- what is refused, and what a refused client is told: at arrival only when
+  the forecast misses the request's own objective, later when the objective
+  passes while it waits, or when the queue is at its depth or bytes
+  (``app.admission.forecast``); a request that can never fit is refused
+  before it is queued (``app.admission.demand``);
+- what running request is stopped for a higher class that would miss its
+  objective (``app.admission.eviction``).
 
-*No request halts the others.* A request without ``max_tokens`` asks for the
-whole context; ``n = 16`` multiplies any request by 16. Counted at face
-value, such a request could need the whole budget, wait at the head until
-nothing else is in flight, and hold everyone behind it meanwhile. So what a
-request is charged — in blocks and in sequences against the concurrency
-cap — is its demand capped at ``max_request_share`` of the budget and of the
-cap (half, by default): the head of the queue then waits at most until half
-the engine frees, never for it to empty. Requests that really use more than
-they are charged are the overcommit's business: the engine's preemptions
-shrink the budget (below). What can never fit at all — a prompt longer than
-the context, a smallest demand larger than the whole cache — is refused
-before it is queued (``app.admission.demand``), never left waiting.
-
-*Budget and overcommit.* Reserving every request's worst case is safe — the
-engine can never run out of blocks — but wasteful: most answers end well
-before ``max_tokens``. So the policy admits requests while the sum of their
-worst cases fits in ``capacity × factor``, where ``factor`` (the overcommit)
-moves with what the engine shows, additive-increase / multiplicative-decrease:
-
-- the engine's preemption counter rose → ``factor ×= backoff`` and no
-  increase for a few ticks: we went past the knee, step back fast;
-- requests are queued, the engine's KV usage stayed under ``headroom`` for
-  ``patience`` ticks in a row → ``factor += step``: the queue waits on
-  reservations that are not turning into real usage, so open up slowly;
-- ``factor`` never goes above what completed requests justify, nor outside
-  ``[min_factor, max_factor]``. A request's KV peaks at its prompt plus the
-  output it actually writes, and a burst of requests admitted together
-  reaches those peaks together: the ceiling is the ratio of what completed
-  requests reserved to those peaks (1 when answers use all of
-  ``max_tokens``, more as they stop earlier). Until a request has
-  completed nothing justifies more than the worst case, so a fresh gateway
-  (or a new workload's first burst) never probes past the engine's
-  capacity (``overcommit_initial`` above 1 says otherwise). Every replica
-  and every engine learns the same from the same workload, so none probes
-  on its own. (Averaging what requests hold over their lives instead — the
-  prompt plus half the output — would justify about 2 for full-length
-  answers: true of a steady stream at staggered stages, but a burst of such
-  answers is preempted.)
-
-*Paced starts.* Where an engine's cache, not its sequence cap, bounds how
-many run, the stages can be staggered on purpose: requests start one at a
-time, a life over what the cache holds of them on average apart, each while
-the cache's future peak — every open sequence's blocks as it will write
-them — fits the budget, instead of while the sum of worst cases does
-(``app.admission.pace``). Until a stream has run long enough to show the
-engine's step, the sum of worst cases decides.
-
-*When the engine cannot be seen.* If the engine's ``/metrics`` lacks the
-KV cache's size, the budget is unknown and at most
-``unknown_capacity_sequences`` sequences run at once; if it lacks the
-preemption counter or KV usage, the factor stays at its floor, since
-neither backing off nor opening up can be judged. Neither state is silent
-(``gateway_engine_stats_missing``, a log line, an alert).
-
-*Engines.* Each engine has a budget of its own (``EngineBudget``): its
-capacity from its own metrics, its own overcommit factor, its own sequence
-cap (its ``--max-num-seqs``, set or learned: the engine keeping requests
-waiting while its KV cache has room means it runs all it may, and what runs
-beyond that would wait in the engine's FIFO, out of reach of priority,
-fairness, deadlines and early refusal). A request may go to an engine that is
-up, serves its model and is not excluded (a retry avoids the engine that
-failed it); among those where it fits now, the router picks
-(``app.routing``). An engine that goes down takes no new request; what waits
-goes elsewhere.
-
-*Order.* Waiting requests are served by priority class first (high, normal,
-low), then by fair share between tenants within a class — the tenant that
-has been admitted the fewest tokens goes next (start-time fair queuing, so a
-tenant that was idle does not bank credit), then by deadline
-(``FairQueue``). The head of the order waits until it fits some engine;
-nothing overtakes it, so large requests are not starved by small ones; the
-cap above bounds how long it can hold them. Only requests for a model whose
-engines are full wait behind such a head: a request for another model goes
-on. One waiter is passed over instead of waited behind: a request that
-waits by choice for the engine holding its prompt (``affinity_wait``,
-``app.routing.router``) keeps its place while the ones behind it go — for
-a bounded time, after which it is placed where it fits like any other. It
-waits only while others use the room it could take elsewhere: an engine
-with nothing in flight it takes at once (``affinity_steal`` ``idle``, the
-default: beside running requests its prompt would evict theirs), or, with
-``room``, any room no one behind it took in a dispatch round.
-
-*Objectives.* Every request is promised a first token within its objective
-(its class's, or tighter: ``app.admission.classes``); its deadline is its
-arrival plus that, and within a tenant the earliest deadline goes first.
-A new request whose predicted wait surely leaves no time for its first token
-is refused at once (``objective_forecast``) — unless the order would admit
-it at once (nothing before it waits, an engine has room) —, one whose
-deadline comes while it waits is refused then (``objective_expired``), and
-so is any request beyond the queue's maximum depth or bytes
-(``queue_full``). How the wait is predicted, when the prediction may refuse,
-and what a refused client is told, is ``app.admission.forecast``.
+No request halts the others: what a request is charged, in blocks and in
+sequences, is its worst case capped at ``max_request_share`` of an engine's
+budget and cap, so the head of the queue waits at most until that much of
+the engine frees, never for it to empty; requests that use more than they
+are charged are the overcommit's business.
 """
 
 from collections.abc import Iterator

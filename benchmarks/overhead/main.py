@@ -18,6 +18,7 @@ from benchmarks.overhead.targets import (
     LAYOUTS,
     TARGETS,
     OverheadBench,
+    add_variant,
     engine_cpus,
 )
 from benchmarks.overhead.vllm_bench import run_vllm_bench
@@ -67,7 +68,7 @@ def choices(allowed: tuple[str, ...]) -> Any:
 def parser() -> argparse.ArgumentParser:
     p = benchmark_parser(DOC or "")
     p.add_argument("--layout", choices=(*LAYOUTS, "both"), default="unpinned")
-    p.add_argument("--targets", type=choices(TARGETS), default=list(DEFAULT_TARGETS))
+    p.add_argument("--targets", type=choices(tuple(TARGETS)), default=list(DEFAULT_TARGETS))
     p.add_argument(
         "--before-src",
         help="an older gateway's source tree (a git worktree), run as the target `before`"
@@ -106,18 +107,30 @@ def parser() -> argparse.ArgumentParser:
         help="keep each gateway running across cells (default: a fresh gateway per cell,"
         " as a user's first overload meets it)",
     )
-    p.add_argument("--overload-targets", type=choices(TARGETS), default=list(DEFAULT_TARGETS))
+    p.add_argument("--overload-targets", type=choices(tuple(TARGETS)), default=list(DEFAULT_TARGETS))
     p.add_argument("--vllm-bench-prompts", type=int, default=320)
     p.add_argument("--vllm-bench-concurrency", type=int, default=32)
     p.add_argument("--vllm-bench-input-len", type=int, default=128)
     p.add_argument("--vllm-bench-output-len", type=int, default=128)
     p.add_argument("--vllm-bench-seeds", type=csv(int), default=[1, 2])
     p.add_argument("--seed", type=int, default=12)
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:GATEWAY_X=V,...",
+        help="one more target: make up's gateway with these settings (repeatable)",
+    )
     p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"))
     return p
 
 
 def main() -> None:
+    # The variants become targets before the targets are read.
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--variant", action="append", default=[])
+    for spec in early.parse_known_args()[0].variant:
+        add_variant(spec)
     args = parser().parse_args()
     if args.compare:
         print(compare(*args.compare))

@@ -23,7 +23,7 @@ from deploy.local import ROOT
 from deploy.stack import gateway_cpus, parse_cpus
 from loadtests.prompts import PromptFactory
 
-TARGETS = (
+TARGETS = [
     "direct",
     "again",
     "router",
@@ -39,7 +39,7 @@ TARGETS = (
     "nohandon",
     "nolead",
     "nopace",
-)
+]
 NAMES = {
     "direct": "vLLM direct",
     # vLLM direct once more in every round, paired with the first like any
@@ -100,7 +100,24 @@ GATEWAYS = {
     "nopace": {**MAKE_UP, "GATEWAY_PACED_STARTS": "false"},
 }
 # The targets run as `make up` runs its gateways (the engine's sequence cap too).
-MAKE_UP_LIKE = frozenset({"makeup", "nohandon", "nolead", "nopace"})
+MAKE_UP_LIKE = {"makeup", "nohandon", "nolead", "nopace"}
+
+
+def add_variant(spec: str) -> str:
+    """A target of its own: `make up`'s gateway with some settings changed,
+    ``NAME:GATEWAY_X=1,GATEWAY_Y=2`` (``--variant``, before the targets are
+    read). Returns its name."""
+    name, _, settings = spec.partition(":")
+    changed = dict(kv.split("=", 1) for kv in settings.split(",") if kv)
+    if not name or not changed or name in NAMES:
+        raise SystemExit(f"--variant {spec!r}: NAME:GATEWAY_X=value,... with a new NAME")
+    TARGETS.append(name)
+    NAMES[name] = "make up's, " + ", ".join(
+        f"{k.removeprefix('GATEWAY_')}={v}" for k, v in changed.items()
+    )
+    GATEWAYS[name] = {**MAKE_UP, **changed}
+    MAKE_UP_LIKE.add(name)
+    return name
 
 
 def engine_cpus(layout: str) -> str:
