@@ -160,17 +160,6 @@ class Settings(BaseSettings):
     # Sequences admitted at once, whatever the KV budget (set it to the
     # engine's --max-num-seqs or a little above).
     max_concurrency: int = Field(256, ge=1)
-    # Most sequences admitted beyond an engine's cap (max_concurrency or its
-    # learned --max-num-seqs) to wait in the engine's own queue, so that a
-    # freed slot is refilled without a round trip; the lead grows only while
-    # slots sit empty with requests queued here (app/admission/refill.py).
-    refill_lead_max: int = Field(16, ge=0)
-    # A stream due to reach its max_tokens (at its own pace) within three
-    # times what the refills of the places handed on with it take to reach
-    # its engine, at most this long, hands its place in the engine's batch to
-    # the next request, which then waits in the engine's queue and starts the
-    # step the stream ends (app/admission/intake.py); 0: never.
-    refill_ahead_seconds: float = Field(3.0, ge=0)
     # Where an engine's KV cache, not its sequence cap, bounds how many
     # requests it runs, start them one at a time, a sequence's life over
     # what the cache holds of them apart, each while the cache's future peak

@@ -62,8 +62,6 @@ NOTES = {
     "admission": "off disables admission control and queueing (for comparisons).",
     "max_concurrency": "Match the engine's --max-num-seqs (ENGINE_MAX_NUM_SEQS, 256 in both"
     " variants).",
-    "refill_lead_max": "Most sequences kept waiting in an engine's own queue beyond its cap,"
-    " so a freed slot is refilled at once (0: none).",
 }
 
 # OpenTelemetry's variables passed to both gateways, with the stack's default

@@ -81,11 +81,6 @@ class Admission(Protocol):
 
     def forget_engine(self, engine: str) -> None: ...
 
-    def learning_events(self, model: str) -> bool:
-        """Whether a stream of ``model`` should count its tokens from the
-        usage in each chunk: an engine that may serve it has not yet learned
-        what an event carries (``app.admission.refill``, *Handing on*)."""
-
 
 @dataclass
 class _Engine:
@@ -166,9 +161,6 @@ class Unlimited:
 
     def start_draining(self) -> None:
         return None
-
-    def learning_events(self, model: str) -> bool:
-        return False  # nothing is handed on here
 
     def status(self) -> dict[str, Any]:
         engines = {url: {"in_flight": state.in_flight} for url, state in self.engines.items()}

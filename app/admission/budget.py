@@ -16,7 +16,6 @@ from app.admission.fairqueue import Waiter
 from app.admission.itl import InterTokenEstimate
 from app.admission.pace import Life, Open, PacedStarts, worst
 from app.admission.recompute import EngineReading, RecomputeWindow
-from app.admission.refill import HandingOn, RefillLead
 from app.admission.sequence_cap import LearnedCap
 from app.engine.view import EngineView, FixedView, adapters_of
 from app.relay.lane import StreamGauge
@@ -36,9 +35,6 @@ class BudgetConfig:
     prefix_aware: bool = default("prefix_aware_demand")
     # Sequences admitted at once while the KV capacity is unknown.
     unknown_capacity_sequences: int = default("fallback_max_sequences")
-    # Most sequences admitted beyond the engine's cap to wait in its own
-    # queue, so that a freed slot is refilled at once (``app.admission.refill``).
-    max_lead: int = default("refill_lead_max")
     # Pace starts where the KV cache binds (``app.admission.pace``).
     paced_starts: bool = default("paced_starts")
     # The engine orders by priority and preempts the least important first
@@ -65,9 +61,6 @@ class Reservation:
     blocks: int
     sequences: int = 1
     released: bool = False
-    # Its sequence slots were handed on before its end (``hand_on``): its
-    # blocks stay held until it is released.
-    handed_on: bool = False
     # The prompt prefix it holds on the engine (counted once there).
     prefix: tuple[int, ...] = ()
     # The LoRA adapter it asks for, if its model is one there.
@@ -84,20 +77,11 @@ class Reservation:
     # Its most output (max_tokens times its sequences; 0: no bound).
     bound: int = 0
     # Its stream, once its engine answered (``app.admission.lane``): what
-    # admission samples of it, and when it hands its place on.
-    stream: "RunningStream | None" = None
+    # admission samples of it.
+    stream: "StreamGauge | None" = None
     # What stops its request (its flight registers it; eviction calls it).
     stop: "Callable[[GatewayError], None] | None" = None
     evicted: bool = False
-
-
-@dataclass(eq=False)
-class RunningStream:
-    """A running stream as admission reads it: its gauge, and when it hands
-    its place on (``HandingOn``; checked by sampling, not per event)."""
-
-    gauge: StreamGauge
-    handing_on: HandingOn
 
 
 class EngineBudget:
@@ -137,7 +121,6 @@ class EngineBudget:
         self.recompute = RecomputeWindow()
         self._calm_ticks = 0
         self._hold = 0
-        self.refill = RefillLead(config.max_lead)
         self.pace = PacedStarts()
         # How fast it writes a running stream's tokens (``app.admission.itl``).
         self.itl = InterTokenEstimate()
@@ -186,8 +169,7 @@ class EngineBudget:
 
     @property
     def engine_cap(self) -> int:
-        """The sequences the engine runs at once, as far as admission knows:
-        ``max_sequences`` without the refill lead."""
+        """The sequences the engine runs at once, as far as admission knows."""
         cap = self.config.max_sequences
         if self.sequence_cap is not None:
             cap = min(cap, self.sequence_cap)
@@ -197,10 +179,8 @@ class EngineBudget:
 
     @property
     def max_sequences(self) -> int:
-        """Sequences admitted here at once: the engine's cap and the refill
-        lead (none while the KV capacity is unknown), this replica's share."""
-        lead = self.refill.lead if self.budget_blocks is not None else 0
-        return max(1, math.floor((self.engine_cap + lead) * self.share))
+        """Sequences admitted here at once: the engine's cap, this replica's share."""
+        return max(1, math.floor(self.engine_cap * self.share))
 
     def status(self) -> dict[str, Any]:
         """What an operator reads of this budget (``/status``), in tokens."""
@@ -214,11 +194,7 @@ class EngineBudget:
             "other_replicas_reserved_tokens": self.others_blocks * block,
             "share": round(self.share, 3),
             "learned_sequence_cap": self.sequence_cap,
-            "refill_lead": self.refill.lead,
-            "refill_travel_seconds": self.refill.intake.travel,
-            "refill_intake_seconds": self.refill.intake.per_request,
-            "refill_tokens_per_event": round(self.refill.tokens_per_event, 3),
-            "refill_learning": self.refill.learning,
+            "tokens_per_event": round(self.itl.tokens_per_event, 3),
             "paced_step_seconds": self.pace.step() if self.pace.open else None,
             "inter_token_seconds": self.itl.seconds_per_token,
             "recompute_share": self.recompute.share(),
@@ -282,7 +258,7 @@ class EngineBudget:
         if self.in_flight + self.others_in_flight <= 1:
             return True
         blocks, sequences = self.charged(waiter)
-        slots = 0 if freed.handed_on else freed.sequences
+        slots = freed.sequences
         if self.running_sequences + self.others_sequences - slots + sequences > self.max_sequences:
             return False
         budget = self.budget_blocks
@@ -337,17 +313,11 @@ class EngineBudget:
         )
         self.live[id(reservation)] = reservation
         self.live_by_rank[reservation.rank] += 1
-        self.refill.intake.admitted(now)
         budget, lives = self.budget_blocks, waiter.lives()
         if budget is not None and self.paces(lives, budget):
             reservation.paced = Open(lives, now)
             self.pace.started(reservation.paced, budget, self.block_size or 1)
         return reservation
-
-    def hand_on(self, reservation: Reservation) -> None:
-        """Give ``reservation``'s sequence slots to whoever is next, its
-        blocks kept: it is about to end (``AdmissionPolicy.hand_on``)."""
-        self.running_sequences -= reservation.sequences
 
     def release(self, reservation: Reservation) -> None:
         if self.live.pop(id(reservation), None) is not None:
@@ -355,8 +325,7 @@ class EngineBudget:
         self.in_flight -= 1
         if reservation.paced is not None:
             self.pace.ended(reservation.paced)
-        if not reservation.handed_on:
-            self.running_sequences -= reservation.sequences
+        self.running_sequences -= reservation.sequences
         self.reserved_blocks -= reservation.blocks
         self.reserved_by_rank[reservation.rank] -= reservation.blocks
         for piece in reservation.prefix:
@@ -430,16 +399,8 @@ class EngineBudget:
             self._calm_ticks = 0
             self.factor = max(config.min_factor, min(top, self.factor + config.step))
 
-    def observe_queue(
-        self, running: float, waiting: float, kv_usage: float, queued: bool = False
-    ) -> None:
-        """Keep the refill lead (``queued``: requests wait in the gateway's
-        queue), and learn the engine's own sequence cap
-        (``app.admission.sequence_cap``)."""
-        if self.budget_blocks is not None:
-            cap = math.floor(self.engine_cap * self.share)
-            at_cap = self.running_sequences + self.others_sequences >= self.max_sequences
-            self.refill.observe(cap, running, waiting, queued=queued, at_cap=at_cap)
+    def observe_queue(self, running: float, waiting: float, kv_usage: float) -> None:
+        """Learn the engine's own sequence cap (``app.admission.sequence_cap``)."""
         # Not right after a preemption: preempted requests wait too.
         self.learned_cap.observe(
             running,

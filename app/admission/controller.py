@@ -44,11 +44,6 @@ from app.routing.router import Router
 from app.settings import Settings
 from app.state.fleet import FleetState
 
-# How often the running streams are sampled for their hand-on: a decision
-# that a few hundredths of a second do not change (the time ahead is tenths
-# of a second to seconds).
-_SAMPLE_EVERY = 0.05
-
 
 class AdmissionController:
     def __init__(
@@ -62,7 +57,6 @@ class AdmissionController:
         budget = BudgetConfig(
             max_sequences=settings.max_concurrency,
             max_request_share=settings.max_request_share,
-            max_lead=settings.refill_lead_max,
             # Paced starts need every start on the engine in sight: with
             # shared state, the other replicas' are not.
             paced_starts=settings.paced_starts and fleet is None,
@@ -88,7 +82,6 @@ class AdmissionController:
         )
         self.estimator = estimator
         self._metrics = AdmissionMetrics(metrics)
-        self._refill_ahead = settings.refill_ahead_seconds
         self._retry_after_unavailable = settings.retry_after_unavailable
         self._fixed_blocks = settings.kv_blocks
         self._fixed_block_size = settings.kv_block_size
@@ -117,21 +110,9 @@ class AdmissionController:
 
     async def run(self) -> None:
         """The dispatcher's background work (with shared state: the
-        admissions, each held in Redis first), and the streams sampled for
-        when each hands its place on."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._dispatch.run())
-            group.create_task(self._hand_on_when_due())
-
-    async def _hand_on_when_due(self) -> None:
-        """Every ``_SAMPLE_EVERY`` seconds, hand on the places of the
-        streams due to end within their time ahead (``app.admission.refill``,
-        *Handing on*): the relay only counts what it sends; the arithmetic
-        is here, once per sample, not once per event."""
-        while True:
-            await asyncio.sleep(_SAMPLE_EVERY)
-            for reservation in self.policy.streams_due(time.perf_counter()):
-                self.hand_on(reservation)
+        admissions, each held in Redis first; in process, paced starts as
+        they come due)."""
+        await self._dispatch.run()
 
     # --- the Admission protocol ---------------------------------------------
 
@@ -194,7 +175,7 @@ class AdmissionController:
         reservation = future.result()
         self._metrics.queue_wait(time.monotonic() - waiter.arrival)
         self._metrics.routed(reservation)
-        lane = KvLane(self.policy, reservation, self._refill_ahead)
+        lane = KvLane(self.policy, reservation)
         return KvHold(self.give_back, reservation, request, lane, self.policy.first_token)
 
     def enqueue(self, waiter: Waiter, *, front: bool = False) -> "asyncio.Future[Reservation]":
@@ -279,26 +260,15 @@ class AdmissionController:
             )
             self.policy.observe_engine(engine, reading)
             if stats.counts_seen:
-                queued = self.policy.queued > 0
                 # Requests waiting for a LoRA slot say nothing of the
                 # engine's sequence cap: only those waiting for room do.
-                budget.observe_queue(
-                    stats.running, stats.waiting_for_capacity, stats.kv_usage, queued
-                )
+                budget.observe_queue(stats.running, stats.waiting_for_capacity, stats.kv_usage)
         self._dispatch.dispatch()
 
     def forget_engine(self, engine: str) -> None:
         self.policy.forget_engine(engine)
 
     # --- what the dispatcher and the holds call back ----------------------------
-
-    def learning_events(self, model: str) -> bool:
-        return self.policy.learning_events(model)
-
-    def hand_on(self, reservation: Reservation) -> None:
-        if self.policy.hand_on(reservation):
-            self._dispatch.handed_on(reservation)
-            self._dispatch.dispatch()
 
     def give_back(self, reservation: Reservation, used: tuple[int, int] | None = None) -> None:
         if self.policy.release(reservation, used):

@@ -46,9 +46,6 @@ class Dispatch(Protocol):
     def released(self, reservation: Reservation) -> None:
         """A reservation was given back here."""
 
-    def handed_on(self, reservation: Reservation) -> None:
-        """A reservation's sequence slots were handed on here."""
-
     async def run(self) -> None:
         """The background work this mode needs, if any (until cancelled)."""
 
@@ -70,9 +67,6 @@ class LocalDispatch:
         self._evict(self._policy.take_evictions())
 
     def released(self, reservation: Reservation) -> None:
-        return None  # the policy's budget is the only one
-
-    def handed_on(self, reservation: Reservation) -> None:
         return None  # the policy's budget is the only one
 
     async def run(self) -> None:
@@ -112,9 +106,6 @@ class SharedDispatch:
 
     def released(self, reservation: Reservation) -> None:
         self._shared.release(reservation)
-
-    def handed_on(self, reservation: Reservation) -> None:
-        self._shared.hand_on(reservation)
 
     async def run(self) -> None:
         """Admit in order, each admission held in Redis first. A refused

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from app.admission.budget import EngineBudget, Reservation
 from app.admission.fairqueue import Waiter
-from app.admission.refill import tokens_sent
 
 
 @dataclass(frozen=True)
@@ -88,12 +87,11 @@ def _may_take(budget: EngineBudget, waiter: Waiter) -> bool:
 
 def _ends_within(budget: EngineBudget, seconds: float) -> bool:
     """Whether a request running there is forecast to end within ``seconds``."""
-    per_event = budget.refill.carried()
     for reservation in budget.live.values():
         stream = reservation.stream
-        if stream is None or reservation.bound <= 0 or stream.gauge.first_token_at is None:
+        if stream is None or reservation.bound <= 0 or stream.first_token_at is None:
             continue
-        left = reservation.bound - tokens_sent(stream.gauge, per_event)
+        left = reservation.bound - budget.itl.tokens_sent(stream)
         end = budget.itl.time_for(left)
         if end is not None and end <= seconds:
             return True

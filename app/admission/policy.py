@@ -6,8 +6,7 @@ operator, is docs/admission.md):
 - where a request may go and whether it fits there: each engine's budget of
   KV blocks and sequences, its overcommit held to what preemption may cost
   (``app.admission.budget``, ``app.admission.recompute``), its learned
-  sequence cap and refill lead (``app.admission.sequence_cap``,
-  ``app.admission.refill``), paced starts where the cache binds
+  sequence cap (``app.admission.sequence_cap``), paced starts where the cache binds
   (``app.admission.pace``); the router picks among the engines where it
   fits (``app.routing``);
 - in what order waiting requests go: class, then fair share between
@@ -42,7 +41,6 @@ from app.admission.eviction import Eviction, Evictor
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
 from app.admission.recompute import EngineReading
-from app.admission.refill import HandingOn, due, tokens_sent
 from app.engine.view import EngineView
 from app.request.identity import PRIORITIES
 from app.routing.base import Choice, RouteRequest, Wait
@@ -356,53 +354,6 @@ class AdmissionPolicy:
 
     # --- reservations ---------------------------------------------------------
 
-    def opened(self, reservation: Reservation, travel: float, most: float) -> HandingOn:
-        """Its engine answered the stream's call ``travel`` seconds after
-        admission; when it hands its place on (at most ``most`` seconds
-        before its end; ``app.admission.refill``, *Handing on*)."""
-        budget = self.engines.get(reservation.engine)
-        if budget is None:
-            return HandingOn()
-        refill, admitted_at = budget.refill, reservation.admitted_at
-        refill.intake.travelled(travel, admitted_at)
-        return HandingOn(partial(refill.intake.ahead, most, admitted_at), refill.carried)
-
-    def learning_events(self, model: str) -> bool:
-        """Whether an engine up and serving ``model`` has yet to learn what
-        a stream's event carries (``app.admission.refill``, *Handing on*)."""
-        return any(
-            budget.refill.learning
-            for budget in self.engines.values()
-            if budget.up and model in budget.models
-        )
-
-    def streamed(self, reservation: Reservation, tokens: int, events: int) -> None:
-        """Its stream completed: ``tokens`` of output in ``events`` events."""
-        budget = self.engines.get(reservation.engine)
-        if budget is not None:
-            budget.refill.streamed(tokens, events)
-            if reservation.paced is not None:
-                budget.pace.completed(reservation.paced, tokens)
-
-    def streams_due(self, now: float) -> list[Reservation]:
-        """The running streams due to hand their place on at ``now``
-        (``time.perf_counter``): each within its time ahead of its bound, at
-        the pace it has kept (``app.admission.refill.due``)."""
-        found = []
-        for budget in self.engines.values():
-            for reservation in budget.live.values():
-                stream = reservation.stream
-                if stream is None or reservation.handed_on or reservation.bound <= 0:
-                    continue
-                gauge, terms = stream.gauge, stream.handing_on
-                first = gauge.first_token_at
-                if first is None:
-                    continue
-                sent = tokens_sent(gauge, terms.tokens_per_event())
-                if due(reservation.bound, sent, gauge.events, now - first, terms.ahead()):
-                    found.append(reservation)
-        return found
-
     def paced_wake(self, now: float) -> float | None:
         """Seconds until an engine's next paced start is due, while requests
         wait (0: due now; None: nothing waits on a pace)."""
@@ -414,19 +365,6 @@ class AdmissionPolicy:
             if budget.pace.open
         ]
         return min(due) if due else None
-
-    def hand_on(self, reservation: Reservation) -> bool:
-        """Its request is about to end (``app.admission.refill``, *Handing
-        on*): its sequence slots go to whoever is next, its blocks stay until
-        it is released. False (and no change) if it was handed on or
-        released already."""
-        if reservation.released or reservation.handed_on:
-            return False
-        reservation.handed_on = True
-        budget = self.engines.get(reservation.engine)
-        if budget is not None:
-            budget.hand_on(reservation)
-        return True
 
     def release(self, reservation: Reservation, used: tuple[int, int] | None = None) -> bool:
         """Give a reservation back; False (and no change) if it already was.

@@ -112,15 +112,9 @@ class SharedBudgets:
             self._fleet.publish_waiting(changed)
             self._waiting = every
 
-    def hand_on(self, reservation: Reservation) -> None:
-        if self._fleet.up:
-            self._fleet.release(reservation.engine, (0, reservation.sequences, 0))
-
     def release(self, reservation: Reservation) -> None:
         if self._fleet.up:
-            # Sequence slots handed on were given back then.
-            sequences = 0 if reservation.handed_on else reservation.sequences
-            self._fleet.release(reservation.engine, (reservation.blocks, sequences, 1))
+            self._fleet.release(reservation.engine, (reservation.blocks, reservation.sequences, 1))
 
     async def beat(self) -> None:
         """Renew this replica's lease and write what it holds; read the

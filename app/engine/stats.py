@@ -54,7 +54,7 @@ class EngineStats:
     waiting: float
     missing: tuple[str, ...] = ()
     # Whether the running and waiting counts were read (not merely absent:
-    # admission's refill lead and learned cap need the real ones).
+    # admission's learned sequence cap needs the real ones).
     counts_seen: bool = True
     # None: the engine serves no LoRA adapters (started without --enable-lora).
     lora: LoraSlots | None = None

@@ -14,10 +14,7 @@ usage of each chunk is cut out again, byte for byte, unless the client
 asked for it itself. vLLM writes a chunk's usage as ``,"usage":{...}``, an
 object of counts only (numbers, ``null`` or one nested object of counts),
 so its end is found by counting braces. That is work per event, which only
-these streams do, and the streams that go to an engine still learning what
-a stream event carries (``app.admission.refill``): they count their tokens
-from the usage, for handing their place on; every other stream stays on
-``StreamRelay``'s path.
+these streams do; every other stream stays on ``StreamRelay``'s path.
 """
 
 import re

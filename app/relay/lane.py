@@ -34,9 +34,9 @@ class StreamGauge(Protocol):
 
 
 class Lane(Protocol):
-    def opened(self, travel: float, gauge: StreamGauge | None) -> None:
-        """The engine answered the call ``travel`` seconds after admission;
-        ``gauge``: the stream's, None for a whole answer."""
+    def opened(self, gauge: StreamGauge | None) -> None:
+        """The engine answered the call; ``gauge``: the stream's, None for a
+        whole answer."""
 
     def ended(self, tokens: int, events: int, seconds: float) -> None:
         """The stream completed: ``tokens`` of output in ``events`` events,
@@ -49,7 +49,7 @@ class Lane(Protocol):
 class NoLane:
     """A hold nothing follows (admission off)."""
 
-    def opened(self, travel: float, gauge: StreamGauge | None) -> None:
+    def opened(self, gauge: StreamGauge | None) -> None:
         return None
 
     def ended(self, tokens: int, events: int, seconds: float) -> None:

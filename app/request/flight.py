@@ -108,9 +108,6 @@ class Flight:
         self._ended_by: Exception | None = None
         self._cancel: anyio.CancelScope | None = None
         self._group: TaskGroup | None = None
-        # When it was admitted last (what the way to the engine took is
-        # measured from it).
-        self._admitted_at = 0.0
 
     async def __aenter__(self) -> "Flight":
         self._services.drain.enter()
@@ -201,7 +198,6 @@ class Flight:
             reason = route_reason(hold.choice, retry=bool(self._tried))
             queued.admitted(engine, reason, services.router.name)
         self._tried.append(engine)
-        self._admitted_at = time.perf_counter()
         record.admitted(engine_label(engine), len(self._tried))
         services.metrics.in_flight.inc()
         # A sheddable request may be stopped for a higher class.
@@ -254,9 +250,8 @@ class Flight:
             job, self.record, self._services.metrics, charged=self._terms.charged
         )
         if hold is not None:
-            # Admission samples the stream from here on (what the way to
-            # the engine took, then how far the stream has come).
-            hold.lane.opened(time.perf_counter() - self._admitted_at, relay)
+            # Admission samples the stream from here on.
+            hold.lane.opened(relay)
         sender = await self._open_stream()
         await sender.pump(self._upstream.chunks(), relay)
         relay.finish()

@@ -118,9 +118,6 @@ async def _receive(
         body, models = await _model_table(body, key, services)
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
-        # A stream counts its tokens from each chunk's usage also while its
-        # engines have not learned what an event carries (handing on).
-        per_chunk = exact_usage or services.admission.learning_events(str(body.get("model")))
         job = check_request(
             route,
             body,
@@ -128,7 +125,7 @@ async def _receive(
             limits,
             version,
             cache_scope,
-            exact_usage=per_chunk,
+            exact_usage=exact_usage,
             request_id=record.engine_request_id,
             engine_priority=engine_priority,
         )

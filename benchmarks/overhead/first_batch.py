@@ -58,8 +58,8 @@ def core_ms_per_100_tokens(r: dict[str, Any], key: str = "core_s") -> float | No
     return float(cpu[key]) / generated * 100_000
 
 
-# The stretch before the first batch's end where a gateway's hand-on sends
-# the next batch to the engine's API server (about 1.2 s ahead, measured).
+# The stretch before the first batch's end, where the next batch's intake
+# meets the batch's last steps on the engine's cores.
 END_STRETCH_S = 1.5
 
 
@@ -78,8 +78,8 @@ def first_batch_table(results: list[dict[str, Any]]) -> str:
     the tokens its events carried, the engine's cores until its median end
     (the API server's CPU seconds, the engine core's, the others'; how often
     the engine core was preempted), the API server's and the engine core's
-    shares of the cores in its last seconds (where a hand-on sends the next
-    batch), and settled, the API server's share of the cores and the engine
+    shares of the cores in its last seconds (where the next batch's intake
+    meets it), and settled, the API server's share of the cores and the engine
     core's CPU per 100 tokens."""
     headers = [
         "target",

@@ -107,7 +107,9 @@ def parser() -> argparse.ArgumentParser:
         help="keep each gateway running across cells (default: a fresh gateway per cell,"
         " as a user's first overload meets it)",
     )
-    p.add_argument("--overload-targets", type=choices(tuple(TARGETS)), default=list(DEFAULT_TARGETS))
+    p.add_argument(
+        "--overload-targets", type=choices(tuple(TARGETS)), default=list(DEFAULT_TARGETS)
+    )
     p.add_argument("--vllm-bench-prompts", type=int, default=320)
     p.add_argument("--vllm-bench-concurrency", type=int, default=32)
     p.add_argument("--vllm-bench-input-len", type=int, default=128)

@@ -36,8 +36,6 @@ TARGETS = [
     "tokenizer",
     "estimate",
     "makeup",
-    "nohandon",
-    "nolead",
     "nopace",
 ]
 NAMES = {
@@ -65,10 +63,7 @@ NAMES = {
     # As `make up` configures it: the model's tokenizer files, the sequence
     # cap set to the engine's --max-num-seqs.
     "makeup": "gateway as `make up` sets it",
-    # As `make up` sets it, each without one of the mechanisms that keep an
-    # engine full through the gateway (what each buys, measured apart).
-    "nohandon": "make up's, no hand-on",
-    "nolead": "make up's, no refill lead",
+    # As `make up` sets it, without paced starts (what they buy, measured apart).
     "nopace": "make up's, no paced starts",
 }
 # What a run compares unless told: the anchors (vLLM direct, its router,
@@ -95,12 +90,10 @@ GATEWAYS = {
     },
     "estimate": {"GATEWAY_PROMPT_TOKENS": "estimate"},
     "makeup": MAKE_UP,
-    "nohandon": {**MAKE_UP, "GATEWAY_REFILL_AHEAD_SECONDS": "0"},
-    "nolead": {**MAKE_UP, "GATEWAY_REFILL_LEAD_MAX": "0"},
     "nopace": {**MAKE_UP, "GATEWAY_PACED_STARTS": "false"},
 }
 # The targets run as `make up` runs its gateways (the engine's sequence cap too).
-MAKE_UP_LIKE = {"makeup", "nohandon", "nolead", "nopace"}
+MAKE_UP_LIKE = {"makeup", "nopace"}
 
 
 def add_variant(spec: str) -> str:

@@ -1,10 +1,9 @@
 """Room made for a higher class (``app.admission.eviction``): on the policy
 alone, with streams whose progress the test sets."""
 
-from app.admission.budget import Reservation, RunningStream
+from app.admission.budget import Reservation
 from app.admission.eviction import Eviction, EvictionChecks
 from app.admission.policy import AdmissionPolicy
-from app.admission.refill import HandingOn
 from tests.admission.test_policy import add, admit, admit_all, policy, waiter
 
 
@@ -25,7 +24,7 @@ def running(
     admitted = [r for _, r in admit_all(p)]
     assert len(admitted) == count
     for reservation in admitted:
-        reservation.stream = RunningStream(Gauge(sent), HandingOn())
+        reservation.stream = Gauge(sent)
         reservation.stop = lambda error, r=reservation: stopped.append(r)
     return admitted
 
@@ -39,7 +38,7 @@ def full_of_low(
     """An engine of four sequences, all running sheddable low streams 100 of
     1,000 tokens in: each 9 s from its end at 0.01 s a token."""
     stopped.clear()
-    p = policy(blocks=1000, max_sequences=4, max_lead=0)
+    p = policy(blocks=1000, max_sequences=4)
     lows = running(p, 4, "low", output=1000, sent=100)
     p.engines["e0"].itl.seconds_per_token = seconds_per_token
     return p, lows
@@ -62,7 +61,7 @@ def test_nothing_is_stopped_when_a_running_request_ends_in_time() -> None:
     """The same engine, its streams 5 tokens from their end: one ends within
     the second the high request has; it waits for it."""
     stopped.clear()
-    p = policy(blocks=1000, max_sequences=4, max_lead=0)
+    p = policy(blocks=1000, max_sequences=4)
     running(p, 4, "low", output=1000, sent=995)
     p.engines["e0"].itl.seconds_per_token = 0.01
     add(p, waiter(priority="high", tokens=50, output=40, objective=1.0))
@@ -81,7 +80,7 @@ def test_only_a_lower_sheddable_class_is_stopped() -> None:
     """Normal requests fill the engine: not sheddable, nothing is stopped
     for a high one; low requests are not stopped for another low one."""
     stopped.clear()
-    p = policy(blocks=1000, max_sequences=4, max_lead=0)
+    p = policy(blocks=1000, max_sequences=4)
     running(p, 4, "normal", output=1000, sent=100)
     add(p, waiter(priority="high", tokens=50, output=40, objective=1.0))
     admit(p)

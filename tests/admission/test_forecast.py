@@ -95,9 +95,9 @@ async def measured_blocker(gateway: InProcessGateway) -> tuple[Exchange, EngineC
 
 
 async def test_a_client_refused_for_capacity_is_told_when_it_will_be_admitted() -> None:
-    # No refill lead: one request at a time, none waiting in the engine.
+    # One request at a time, none waiting in the engine.
     async with in_process_gateway(
-        max_concurrency=1, refill_lead_max=0, queue_timeout=QUEUE_TIMEOUT
+        max_concurrency=1, queue_timeout=QUEUE_TIMEOUT
     ) as gateway:
         exchange, blocker, started = await measured_blocker(gateway)
         ends = started + BLOCKER_SECONDS

@@ -163,7 +163,8 @@ def _run(paced: bool, steps: int = 3000, step_seconds: float = 0.005) -> tuple[f
         for s in live:
             s.written += 1
             if s.written == LIFE.output:
-                p.streamed(s.reservation, LIFE.output, LIFE.output)
+                if s.reservation.paced is not None:
+                    p.engines[s.reservation.engine].pace.completed(s.reservation.paced, LIFE.output)
                 p.release(s.reservation)
                 running.remove(s)
                 w = Waiter("t", "normal", tokens, arrival=now, deadline=1e9, model="m")

@@ -120,49 +120,6 @@ def test_a_batch_counts_as_its_sequences_against_the_cap() -> None:
     assert list(p.waiters()) == [third]
 
 
-def test_a_request_about_to_end_hands_its_sequence_slot_on_and_keeps_its_blocks() -> None:
-    p = policy(blocks=10, max_sequences=2)
-    add(p, waiter("a"))
-    add(p, waiter("b"))
-    running = admit_all(p)
-    assert len(running) == 2
-    nxt = add(p, waiter("next"))
-    assert admit(p) == []
-    assert p.hand_on(running[0][1])
-    assert not p.hand_on(running[0][1])
-    assert admit(p) == [nxt]
-    e0 = p.engines["e0"]
-    # Three in flight on two slots; the ending one's block still held.
-    assert (e0.in_flight, e0.running_sequences, e0.reserved_blocks) == (3, 2, 3)
-    assert p.release(running[0][1])
-    assert (e0.in_flight, e0.running_sequences, e0.reserved_blocks) == (2, 2, 2)
-
-
-def test_a_released_request_hands_nothing_on() -> None:
-    p = policy(blocks=10, max_sequences=2)
-    add(p, waiter())
-    ((_, reservation),) = admit_all(p)
-    assert p.release(reservation)
-    assert not p.hand_on(reservation)
-    assert p.engines["e0"].running_sequences == 0
-
-
-def test_a_stream_counts_with_what_its_engine_learns_while_it_streams() -> None:
-    """How a stream hands on is read from its engine as it goes: a stream
-    completed elsewhere on the engine changes what an event counts for one
-    already open, and one admitted beside it is handed on with it."""
-    p = policy(blocks=10, max_sequences=2)
-    add(p, waiter())
-    ((_, reservation),) = admit_all(p)
-    handing = p.opened(reservation, 0.5, 3.0)
-    assert (handing.ahead(), handing.tokens_per_event()) == (1.5, 1.0)
-    p.streamed(reservation, 300, 200)
-    assert handing.tokens_per_event() == pytest.approx(1.5)
-    add(p, waiter())
-    assert len(admit_all(p)) == 1
-    assert handing.ahead() == 3.0
-
-
 def test_a_burst_spreads_over_the_engines() -> None:
     p = policy(blocks=10, engines=2)
     for _ in range(6):

@@ -120,7 +120,6 @@ async def test_a_low_stream_is_stopped_for_a_high_one_that_would_miss_its_object
     gateway = start_gateway(
         idle_engine.url,
         max_concurrency=8,
-        refill_lead_max=0,
         engine_scheduling="priority",
         kv_blocks=400,
     )

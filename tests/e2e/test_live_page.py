@@ -49,10 +49,10 @@ async def test_the_page_follows_requests_queued_running_and_done(
     idle_engine: Engine, start_gateway: StartGateway, tmp_path: Path
 ) -> None:
     admin = free_port()
-    # One sequence at a time, and no refill lead: with the engine paused its
+    # One sequence at a time: with the engine paused its
     # slot sits empty, and the lead would admit the queued request.
     gateway = start_gateway(
-        idle_engine.url, admin_port=admin, max_concurrency=1, refill_lead_max=0, queue_timeout=120
+        idle_engine.url, admin_port=admin, max_concurrency=1, queue_timeout=120
     )
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
 

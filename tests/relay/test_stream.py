@@ -30,7 +30,6 @@ async def test_content_still_arrives_with_continuous_usage_stats() -> None:
     """A content chunk that carries usage (continuous usage stats) is never
     dropped, even when the client did not ask for the usage chunk."""
     async with in_process_gateway() as gateway:
-        gateway.teach_events()
         exchange, call = await open_stream(gateway)
         assert call.body["stream_options"] == {
             "include_usage": True,

@@ -28,7 +28,7 @@ async def low_stream(gateway: InProcessGateway) -> tuple[Exchange, EngineCall]:
 
 
 async def test_a_running_low_stream_is_stopped_for_a_high_request_that_would_miss() -> None:
-    async with in_process_gateway(max_concurrency=1, refill_lead_max=0) as gateway:
+    async with in_process_gateway(max_concurrency=1) as gateway:
         low, call = await low_stream(gateway)
         call.send(chunk("a"))
         await low.wait_for(lambda e: b'"a"' in e.body)
@@ -56,7 +56,7 @@ async def test_a_running_low_stream_is_stopped_for_a_high_request_that_would_mis
 
 
 async def test_a_whole_answer_stopped_for_a_higher_class_is_a_429_with_retry_after() -> None:
-    async with in_process_gateway(max_concurrency=1, refill_lead_max=0) as gateway:
+    async with in_process_gateway(max_concurrency=1) as gateway:
         low = gateway.request(
             COMPLETIONS,
             {"model": MODEL, "prompt": "hi", "max_tokens": 1000},
@@ -76,7 +76,7 @@ async def test_a_whole_answer_stopped_for_a_higher_class_is_a_429_with_retry_aft
 
 async def test_a_normal_request_is_never_stopped() -> None:
     """Normal is not sheddable: the high request waits for it."""
-    async with in_process_gateway(max_concurrency=1, refill_lead_max=0) as gateway:
+    async with in_process_gateway(max_concurrency=1) as gateway:
         exchange = gateway.request(
             COMPLETIONS,
             {"model": MODEL, "prompt": "hi", "max_tokens": 1000, "stream": True},

@@ -11,7 +11,6 @@ import json
 import pytest
 
 from app.admission.controller import AdmissionController
-from app.admission.refill import FIRST_STREAMS
 from app.serve.drain import Drain
 from tests.support.asgi import Exchange, in_process_gateway
 from tests.support.asgi_streams import STREAM, final_error, open_stream
@@ -180,82 +179,6 @@ async def test_a_non_streaming_5xx_is_retried_once_elsewhere_and_not_twice() -> 
 # --- its place in the engine's batch ------------------------------------------------
 
 
-@pytest.mark.parametrize("ahead", [1.0, 0.0], ids=["handed-on", "off"])
-async def test_a_stream_due_to_reach_its_max_tokens_hands_its_place_to_the_next(
-    ahead: float,
-) -> None:
-    """One sequence at once: the queued request is admitted while the first
-    still streams — once its last token came (due within any time ahead),
-    before its ``[DONE]`` — and not before its end when handing on is off.
-    The first's blocks stay held until it ends."""
-    async with in_process_gateway(max_concurrency=1, refill_ahead_seconds=ahead) as gateway:
-        first, call = await open_stream(gateway, max_tokens=2)
-        queued = gateway.request(COMPLETIONS, {**BODY, "stream": True})
-        assert await wait_for(lambda: gateway.metric("gateway_queue_depth") == 1, timeout=30)
-        call.send(chunk("a") + chunk("b", finish="length"))
-        await first.wait_for(lambda e: b'"b"' in e.body)
-        if ahead:
-            _, second = await next_call(gateway.engine)
-            assert gateway.metric("gateway_queue_depth") == 0
-            admission = gateway.services.admission
-            assert isinstance(admission, AdmissionController)
-            (budget,) = admission.policy.engines.values()
-            assert budget.in_flight == 2
-            assert budget.running_sequences == 1
-        else:
-            assert gateway.metric("gateway_queue_depth") == 1
-            assert gateway.engine.calls.empty()
-        call.send(DONE)
-        call.end()
-        await first.done()
-        if not ahead:
-            _, second = await next_call(gateway.engine)
-        second.stream()
-        second.send(chunk("x", finish="stop") + DONE)
-        second.end()
-        await queued.done()
-        assert gateway.metric("gateway_requests_total", outcome="completed") == 2
-        assert gateway.settled()
-
-
-def counted_chunk(text: str, completion: int, finish: str | None = None) -> bytes:
-    """An event as vLLM writes it with continuous usage stats: the usage
-    so far inside the chunk."""
-    usage = b',"usage":{"prompt_tokens":3,"total_tokens":%d,"completion_tokens":%d}' % (
-        3 + completion,
-        completion,
-    )
-    return chunk(text, finish)[:-3] + usage + b"}\n\n"
-
-
-async def test_streams_count_by_each_chunks_usage_until_their_engine_learned_an_event() -> None:
-    """A fresh gateway's streams ask the engine for usage in every chunk (a
-    stream then hands its place on by the tokens the engine says it sent),
-    and their clients get the stream without it; once the engine's first
-    streams have completed, a stream asks for the last chunk's usage only."""
-    async with in_process_gateway() as gateway:
-        admission = gateway.services.admission
-        assert isinstance(admission, AdmissionController)
-        (budget,) = admission.policy.engines.values()
-        assert budget.status()["refill_learning"] is True
-        for _ in range(FIRST_STREAMS):
-            exchange, call = await open_stream(gateway, max_tokens=4)
-            assert call.body["stream_options"]["continuous_usage_stats"] is True
-            call.send(counted_chunk("ab", 2) + counted_chunk("cd", 4, finish="length"))
-            call.send(usage_chunk(3, 4) + DONE)
-            call.end()
-            await exchange.done()
-            assert exchange.body == chunk("ab") + chunk("cd", finish="length") + DONE
-        exchange, call = await open_stream(gateway, max_tokens=4)
-        assert call.body["stream_options"]["continuous_usage_stats"] is False
-        call.send(chunk("abcd", finish="length") + usage_chunk(3, 4) + DONE)
-        call.end()
-        await exchange.done()
-        assert gateway.metric("gateway_requests_total", outcome="completed") == FIRST_STREAMS + 1
-        assert budget.status()["refill_learning"] is False
-        assert gateway.settled()
-
-
 async def test_a_completed_stream_teaches_its_engine_the_tokens_an_event_carries() -> None:
     """Four tokens (the engine's usage) in two events: the engine's streams
     count two tokens an event from then on (the first stream's ratio, the
@@ -270,13 +193,13 @@ async def test_a_completed_stream_teaches_its_engine_the_tokens_an_event_carries
         call.send(usage_chunk(3, 4) + DONE)
         call.end()
         await exchange.done()
-        assert budget.refill.tokens_per_event == pytest.approx(2.0)
+        assert budget.itl.tokens_per_event == pytest.approx(2.0)
         cut, call = await open_stream(gateway, max_tokens=4)
         call.send(chunk("ab"))
         await cut.wait_for(lambda e: b'"ab"' in e.body)
         call.drop()
         await cut.done()
-        assert budget.refill.tokens_per_event == pytest.approx(2.0)
+        assert budget.itl.tokens_per_event == pytest.approx(2.0)
         assert gateway.settled()
 
 

@@ -288,7 +288,6 @@ async def test_a_charged_stream_cut_short_pays_what_the_engine_last_reported(
 
 async def test_a_stream_not_charged_asks_for_no_usage_per_chunk(keys_file: Path) -> None:
     async with in_process_gateway(keys_file=keys_file) as gateway:
-        gateway.teach_events()
         headers = {"authorization": "Bearer key-globex"}
         exchange = gateway.request("/v1/chat/completions", CHAT, headers=headers)
         call = await gateway.engine.calls.get()

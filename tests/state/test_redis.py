@@ -9,11 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from app.admission.budget import Reservation
 from app.admission.controller import AdmissionController
 from app.admission.estimate import PromptTokenEstimator
-from app.admission.policy import AdmissionPolicy
-from app.admission.shared import SharedBudgets
 from app.observe.metrics import GatewayMetrics
 from app.routing.setup import build_router
 from app.settings import Settings
@@ -275,41 +272,6 @@ async def test_a_hold_refused_for_room_leaves_its_tenants_clock_as_it_was(
     await second.heartbeat({})
     await second.publish({"normal": ["other"]})
     assert (await first.hold("e", (2, 1, 1), (24, 100), ("normal", "t", 10))).ok
-
-
-async def test_a_place_handed_on_comes_off_the_fleets_sequences_then_the_rest_at_its_end(
-    replicas: list[SharedRedis],
-) -> None:
-    """A stream about to end gives the fleet its sequence slot alone
-    (``SharedBudgets.hand_on``); its end then gives back its blocks and its
-    request, not the sequence a second time (which would leave the fleet
-    counting one sequence fewer than run: the replica's other request's)."""
-    first, second = (FleetState(one) for one in replicas)
-    budgets = SharedBudgets(first, AdmissionPolicy(), GatewayMetrics())
-    writer = asyncio.create_task(replicas[0].run())
-    try:
-        assert (await first.hold("e", (10, 1, 1), (24, 2), ("normal", "t", 1))).ok
-        assert (await first.hold("e", (4, 1, 1), (24, 2), ("normal", "t", 1))).ok
-        ending = Reservation("e", 160, 10, 1)
-        ending.handed_on = True
-        budgets.hand_on(ending)
-
-        async def placed() -> bool:
-            # Two sequences at once: a place is free once the hand-on is in.
-            return (await second.hold("e", (6, 1, 1), (24, 2), ("normal", "u", 1))).ok
-
-        assert await wait_for(placed, timeout=30)
-        ending.released = True
-        budgets.release(ending)
-
-        async def settled() -> bool:
-            return (await second.heartbeat({"e": (6, 1, 1)}))["e"] == (10, 2, 2)
-
-        assert await wait_for(settled, timeout=30)
-    finally:
-        writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await writer
 
 
 async def test_replicas_sharing_state_do_not_pace_starts(replicas: list[SharedRedis]) -> None:

@@ -18,8 +18,6 @@ from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 from starlette.types import Message
 
-from app.admission.controller import AdmissionController
-from app.admission.refill import FIRST_STREAMS
 from app.main import create_app
 from app.serve.drain import Drain
 from app.serve.services import Services
@@ -175,16 +173,6 @@ class InProcessGateway:
         if complete:
             exchange.send_body(raw)
         return exchange
-
-    def teach_events(self) -> None:
-        """Every engine has learned what a stream's event carries (one token),
-        as after its first completed streams: from now on streams ask the
-        engine for usage in their last chunk only."""
-        admission = self.services.admission
-        assert isinstance(admission, AdmissionController)
-        for budget in admission.policy.engines.values():
-            for _ in range(FIRST_STREAMS):
-                budget.refill.streamed(1, 1)
 
     def settled(self) -> bool:
         """Nothing queued, in flight or reserved."""
