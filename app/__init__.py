@@ -1,3 +1,3 @@
 """vllm-gateway: the production front door for vLLM."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
