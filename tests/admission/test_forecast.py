@@ -96,9 +96,7 @@ async def measured_blocker(gateway: InProcessGateway) -> tuple[Exchange, EngineC
 
 async def test_a_client_refused_for_capacity_is_told_when_it_will_be_admitted() -> None:
     # One request at a time, none waiting in the engine.
-    async with in_process_gateway(
-        max_concurrency=1, queue_timeout=QUEUE_TIMEOUT
-    ) as gateway:
+    async with in_process_gateway(max_concurrency=1, queue_timeout=QUEUE_TIMEOUT) as gateway:
         exchange, blocker, started = await measured_blocker(gateway)
         ends = started + BLOCKER_SECONDS
 

@@ -113,7 +113,7 @@ async def test_a_full_queue_and_a_passed_deadline_get_429_with_retry_after(
     assert full.json()["error"]["code"] == "over_capacity"
     assert int(full.headers["retry-after"]) >= 1
     assert timed_out.status_code == 429
-    assert "waited" in timed_out.json()["error"]["message"]
+    assert "not started within its objective" in timed_out.json()["error"]["message"]
     assert int(timed_out.headers["retry-after"]) >= 1
     assert gateway.metric("gateway_rejections_total", reason="queue_full") == 1
     assert gateway.metric("gateway_rejections_total", reason="objective_expired") == 1

@@ -51,9 +51,7 @@ async def test_the_page_follows_requests_queued_running_and_done(
     admin = free_port()
     # One sequence at a time: with the engine paused its
     # slot sits empty, and the lead would admit the queued request.
-    gateway = start_gateway(
-        idle_engine.url, admin_port=admin, max_concurrency=1, queue_timeout=120
-    )
+    gateway = start_gateway(idle_engine.url, admin_port=admin, max_concurrency=1, queue_timeout=120)
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
 
     async with headless_chromium() as browser, httpx.AsyncClient(timeout=120) as http:

@@ -83,6 +83,10 @@ def merged(stream: bytes) -> list[Any]:
         if not raw:
             continue
         event: Any = raw if raw == b"data: [DONE]" else json.loads(raw.removeprefix(b"data: "))
+        if isinstance(event, dict) and "metrics" in event:
+            # The engine's per-request timings (--enable-per-request-metrics)
+            # differ between two calls; which ones it reports does not.
+            event["metrics"] = sorted(event["metrics"])
         if _content_only(event) and events and _content_only(events[-1]):
             events[-1]["choices"][0]["delta"]["content"] += event["choices"][0]["delta"]["content"]
             continue

@@ -114,7 +114,7 @@ async def queue_with_every_priority(http: httpx.AsyncClient, admission: str) -> 
         for task in waiting:
             timed_out = await task
             assert timed_out.status_code == 429
-            assert "waited" in timed_out.json()["error"]["message"]
+            assert "not started within its objective" in timed_out.json()["error"]["message"]
     finally:
         for blocker in blockers:
             await blocker.aclose()
