@@ -90,9 +90,8 @@ class AdmissionController:
         # stream that reports it), and what wakes each.
         self._queued: dict[str, Waiter] = {}
         self._futures: dict[Waiter, asyncio.Future[Reservation]] = {}
-        # Evictions awaiting their engine's next report, and the last running count.
+        # Evictions awaiting their engine's next report.
         self._checks = EvictionChecks()
-        self._running: dict[str, float] = {}
         self._shared = None if fleet is None else SharedBudgets(fleet, self.policy, metrics)
         self._dispatch: Dispatch
         if self._shared is None:
@@ -172,6 +171,7 @@ class AdmissionController:
         finally:
             del self._queued[record.engine_request_id]
             self._futures.pop(waiter, None)
+            self._checks.left(waiter)
         reservation = future.result()
         self._metrics.queue_wait(time.monotonic() - waiter.arrival)
         self._metrics.routed(reservation)
@@ -240,7 +240,6 @@ class AdmissionController:
     def on_engine_stats(self, engine: str, stats: EngineStats) -> None:
         budget = self.policy.engine(engine)
         if stats.counts_seen:
-            self._running[engine] = stats.running
             for outcome in self._checks.report(engine, stats.running):
                 self._metrics.evicted(engine, outcome)
         blocks = self._fixed_blocks or stats.num_blocks
@@ -297,7 +296,10 @@ class AdmissionController:
             if victim.stop is None or victim.released:
                 continue
             told = self.policy.retry_after(now, victim.tokens)
-            self._checks.watch(eviction, self._running.get(eviction.engine))
+            # What the gateways hold running there now, the victim among
+            # them: a report can be older than the victim's own start.
+            budget = self.policy.engine(eviction.engine)
+            self._checks.watch(eviction, budget.running_sequences + budget.others_sequences)
             victim.stop(
                 Evicted(
                     "stopped to make room for a request of a higher class; retry after the"

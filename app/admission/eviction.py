@@ -116,16 +116,21 @@ def _newest_victim(budget: EngineBudget, waiter: Waiter, now: float) -> Reservat
 @dataclass
 class _Check:
     eviction: Eviction
-    # The engine's running count at its last report before the eviction.
+    # The sequences the gateways held running on the engine when it was
+    # made (the victim's among them); None: not known.
     running_before: float | None
     # Where the request it was made for was admitted, once it was.
     admitted_to: str | None = None
+    # That request has left the queue (admitted, expired or gone): a paced
+    # start may admit it a report after the room appeared.
+    settled: bool = False
 
 
 class EvictionChecks:
     """Whether each eviction made the room it was for: at the first report
     of its engine after the stopped request gave its room back, the engine
-    runs no more than before (the stopped one is gone from it) and the
+    runs no more than the gateways held there when it was made (the stopped
+    one's place went to the blocked request, not on top of it) and the
     blocked request was admitted there. Otherwise it was wasted."""
 
     def __init__(self) -> None:
@@ -138,14 +143,22 @@ class EvictionChecks:
         for check in self._open:
             if check.eviction.waiter is waiter:
                 check.admitted_to = engine
+                check.settled = True
+
+    def left(self, waiter: Waiter) -> None:
+        """``waiter`` left the queue, admitted or not."""
+        for check in self._open:
+            if check.eviction.waiter is waiter:
+                check.settled = True
 
     def report(self, engine: str, running: float) -> list[str]:
         """``engine`` reported ``running`` requests: the outcome of each of
-        its evictions whose stopped request has given its room back."""
+        its evictions whose stopped request has given its room back and
+        whose blocked request has left the queue."""
         outcomes, still = [], []
         for check in self._open:
             eviction = check.eviction
-            if eviction.engine != engine or not eviction.victim.released:
+            if eviction.engine != engine or not eviction.victim.released or not check.settled:
                 still.append(check)
                 continue
             before = check.running_before

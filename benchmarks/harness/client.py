@@ -149,8 +149,9 @@ class Client:
                 text = await resp.text()
         except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
             # A kept-alive connection the server closed as it was reused
-            # (uvicorn closes idle ones after 5 s): once more, on a new one.
-            async with self.session.get(url) as resp:
+            # (uvicorn closes idle ones after 5 s; after a load the pool can
+            # hold several): once more, on a connection of its own.
+            async with aiohttp.ClientSession() as fresh, fresh.get(url) as resp:
                 text = await resp.text()
         return parse(text, tuple(names) or None)
 

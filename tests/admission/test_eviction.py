@@ -122,13 +122,29 @@ def test_an_eviction_is_confirmed_when_the_engine_ran_no_more_and_the_request_st
     assert checks.report("e0", 4) == ["confirmed"]
 
 
-def test_an_eviction_whose_room_did_not_appear_is_wasted() -> None:
+def test_an_eviction_whose_request_left_unadmitted_is_wasted() -> None:
     p, _lows = full_of_low()
-    add(p, waiter(priority="high", tokens=50, output=40, objective=1.0))
+    high = add(p, waiter(priority="high", tokens=50, output=40, objective=1.0))
     admit(p)
     (eviction,) = p.take_evictions()
     checks = EvictionChecks()
     checks.watch(eviction, running_before=4)
     p.release(eviction.victim)
-    # The blocked request was never admitted there (it left, or went elsewhere).
+    # Still queued (a paced start may come later): no outcome yet.
+    assert checks.report("e0", 3) == []
+    # It left the queue without being admitted there.
+    checks.left(high)
     assert checks.report("e0", 3) == ["wasted"]
+
+
+def test_an_eviction_after_which_the_engine_ran_more_is_wasted() -> None:
+    p, _lows = full_of_low()
+    high = add(p, waiter(priority="high", tokens=50, output=40, objective=1.0))
+    admit(p)
+    (eviction,) = p.take_evictions()
+    checks = EvictionChecks()
+    checks.watch(eviction, running_before=4)
+    p.release(eviction.victim)
+    checks.admitted(high, "e0")
+    # The stopped request still runs beside the one it was stopped for.
+    assert checks.report("e0", 5) == ["wasted"]

@@ -174,6 +174,9 @@ async def test_a_low_stream_is_stopped_for_a_high_one_that_would_miss_its_object
                 return confirmed + wasted == 1
 
             assert await wait_for(accounted, 30)
+            # The engine ran no more than the gateway held there, and the
+            # high request was admitted in the stopped one's place.
+            assert gateway.metric("gateway_evictions_total", outcome="confirmed") == 1
         finally:
             for stream in streams:
                 await stream.aclose()
