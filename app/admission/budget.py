@@ -246,7 +246,7 @@ class EngineBudget:
         if budget is None:
             return True
         lives = waiter.lives()
-        if self.paces(lives, budget):
+        if self.paces(lives, budget) and not self.outranks_live(waiter):
             paced = self.pace.fits(lives, budget, self.block_size or 1, now)
             if paced is not None:
                 return paced
@@ -276,6 +276,13 @@ class EngineBudget:
         if not self.config.by_priority:
             return self.reserved_blocks
         return sum(self.reserved_by_rank[: waiter.rank + 1])
+
+    def outranks_live(self, waiter: Waiter) -> bool:
+        """Where the engine orders by priority, whether requests of a lower
+        class than ``waiter``'s run here: the engine preempts them to make
+        room for it, so the pace that spreads their lives does not hold it
+        back (only what its class and those above hold does)."""
+        return self.config.by_priority and any(self.live_by_rank[waiter.rank + 1 :])
 
     def paces(self, lives: tuple[Life, ...], budget: int) -> bool:
         """Whether requests of ``lives`` start paced here: the cache, not

@@ -1,5 +1,6 @@
 """One engine's budget: charges, capacity, overcommit, its sequence cap."""
 
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -240,3 +241,19 @@ def test_prefix_awareness_can_be_turned_off() -> None:
     first.prefix = ((1, 1000),)
     b.reserve(first, 0.0)
     assert b.charged(first) == (11, 1)
+
+
+def test_by_priority_a_higher_class_is_not_paced_behind_lower_ones() -> None:
+    """Low requests start paced on a cache that binds: the next start is a
+    gap away. A high request starts at once where the engine preempts the
+    low ones for it; one that orders by arrival keeps it to the pace, and a
+    low one waits for the pace either way."""
+    for by_priority, high_fits in ((True, True), (False, False)):
+        b = budget(blocks=20, block_size=100, by_priority=by_priority, max_sequences=128)
+        b.pace.completed_step = 0.01  # the engine's step is known
+        low = replace(waiter(300, priority="low"), output=200)
+        b.reserve(low, 0.0)
+        assert b.pace.next_at > 0.0
+        assert not b.fits(low, 0.0)
+        high = replace(waiter(150, priority="high"), output=50)
+        assert b.fits(high, 0.0) is high_fits
