@@ -10,10 +10,10 @@ adapt to what they show.
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from app.admission.fairqueue import Waiter
 from app.admission.itl import InterTokenEstimate
+from app.admission.overcommit import Overcommit
 from app.admission.pace import Life, Open, PacedStarts, worst
 from app.admission.recompute import EngineReading, RecomputeWindow
 from app.admission.sequence_cap import LearnedCap
@@ -93,7 +93,6 @@ class EngineBudget:
         self.view: EngineView = view or FixedView(engine)
         self.num_blocks: int | None = None
         self.block_size: int | None = None
-        self.factor = config.initial_factor
         # The requests admitted here and not yet released, oldest first.
         self.live: dict[int, Reservation] = {}
         # What this gateway holds on the engine (and of it, by class rank)...
@@ -117,10 +116,8 @@ class EngineBudget:
         # LoRA adapters of the requests admitted here, with how many use
         # each: routing sees them before the engine's next report does.
         self.adapters: dict[str, int] = {}
-        # What preemption costs it (``app.admission.recompute``).
-        self.recompute = RecomputeWindow()
-        self._calm_ticks = 0
-        self._hold = 0
+        # How far its budget overcommits it (``app.admission.overcommit``).
+        self.overcommit = Overcommit(config)
         self.pace = PacedStarts()
         # How fast it writes a running stream's tokens (``app.admission.itl``).
         self.itl = InterTokenEstimate()
@@ -181,28 +178,6 @@ class EngineBudget:
     def max_sequences(self) -> int:
         """Sequences admitted here at once: the engine's cap, this replica's share."""
         return max(1, math.floor(self.engine_cap * self.share))
-
-    def status(self) -> dict[str, Any]:
-        """What an operator reads of this budget (``/status``), in tokens."""
-        block = self.block_size or 1
-        budget = self.budget_blocks
-        return {
-            "capacity_tokens": self.capacity_tokens,
-            "budget_tokens": None if budget is None else budget * block,
-            "overcommit": round(self.factor, 3),
-            "reserved_tokens": self.reserved_blocks * block,
-            "other_replicas_reserved_tokens": self.others_blocks * block,
-            "share": round(self.share, 3),
-            "learned_sequence_cap": self.sequence_cap,
-            "tokens_per_event": round(self.itl.tokens_per_event, 3),
-            "paced_step_seconds": self.pace.step() if self.pace.open else None,
-            "inter_token_seconds": self.itl.seconds_per_token,
-            "recompute_share": self.recompute.share(),
-            "preemption_budget": self.config.preemption_budget,
-            "max_sequences": self.max_sequences,
-            "in_flight": self.in_flight,
-            "running_sequences": self.running_sequences,
-        }
 
     def holding(self) -> tuple[int, int, int]:
         """What this replica holds here: blocks, sequences, requests."""
@@ -365,46 +340,21 @@ class EngineBudget:
 
     # --- adapting to the engine -------------------------------------------------
 
+    @property
+    def factor(self) -> float:
+        return self.overcommit.factor
+
+    @property
+    def recompute(self) -> RecomputeWindow:
+        """What preemption costs the engine (``app.admission.recompute``)."""
+        return self.overcommit.window
+
     def hold_at_floor(self) -> None:
-        """Preemptions and KV usage cannot be seen: overcommit cannot be
-        adapted safely, so the budget stays at its floor."""
-        self.factor = self.config.min_factor
-        self.recompute = RecomputeWindow()
-        self._calm_ticks = 0
+        self.overcommit.hold_at_floor()
 
     def observe(self, reading: EngineReading, queued: bool, ceiling: float) -> None:
-        """One tick of the engine's facts (about once a second): AIMD on the
-        overcommit factor. With no preemption budget, any preemption backs
-        off and the factor never goes above ``ceiling`` (what completed
-        requests justify; lowered to it at once when that falls). With one,
-        the factor backs off when the work recomputed over the last readings
-        passes the budget's share of what the engine generated, and may
-        open up to ``max_factor`` while it stays well within it."""
-        config, window = self.config, self.recompute
-        window.observe(reading)
-        allowed = config.preemption_budget
-        share = window.share()
-        over = window.last_preempted if allowed <= 0 else share is not None and share > allowed
-        if over:
-            self.factor = max(config.min_factor, self.factor * config.backoff)
-            self._hold = config.hold_after_backoff
-            self._calm_ticks = 0
-            window.restart()
-            return
-        top = ceiling if allowed <= 0 else config.max_factor
-        self.factor = max(config.min_factor, min(top, self.factor))
-        if self._hold > 0:
-            self._hold -= 1
-            return
-        # Room to open up: the cache not yet full, or (with a budget) the
-        # recomputed share well within it.
-        roomy = reading.kv_usage < config.headroom or (
-            allowed > 0 and (share is None or share < allowed / 2)
-        )
-        self._calm_ticks = self._calm_ticks + 1 if queued and roomy else 0
-        if self._calm_ticks >= config.patience:
-            self._calm_ticks = 0
-            self.factor = max(config.min_factor, min(top, self.factor + config.step))
+        """One tick of the engine's facts: the overcommit adapts."""
+        self.overcommit.observe(reading, queued, ceiling)
 
     def observe_queue(self, running: float, waiting: float, kv_usage: float) -> None:
         """Learn the engine's own sequence cap (``app.admission.sequence_cap``)."""
@@ -417,5 +367,5 @@ class EngineBudget:
                 self.in_flight + self.others_in_flight,
             ),
             room=kv_usage < self.config.headroom,
-            calm=self._hold == 0,
+            calm=self.overcommit.calm,
         )

@@ -32,7 +32,7 @@ from app.admission.policy import (
     Reservation,
     Waiter,
 )
-from app.admission.publish import AdmissionMetrics
+from app.admission.publish import AdmissionMetrics, budget_status
 from app.admission.recompute import EngineReading
 from app.admission.shared import SharedBudgets
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
@@ -225,7 +225,7 @@ class AdmissionController:
                 "by_priority": queue.depth_by_priority(),
                 "by_tenant": queue.depth_by_tenant(),
             },
-            "engines": {url: budget.status() for url, budget in self.policy.engines.items()},
+            "engines": {url: budget_status(budget) for url, budget in self.policy.engines.items()},
         }
 
     # --- engine facts ---------------------------------------------------------

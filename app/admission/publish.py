@@ -1,10 +1,13 @@
-"""What admission shows on ``/metrics``: the queue's depth, each engine's
+"""What admission shows: on ``/metrics`` the queue's depth, each engine's
 reservations, budget and sequence cap, and where requests were routed and
-why. The gauges are written from the policy's state whenever the registry
-is collected (``app.observe.on_collect``) — never kept apart from it, and costing a
+why; on ``/status`` each engine's budget. The gauges are written from the
+policy's state whenever the registry is collected
+(``app.observe.on_collect``) — never kept apart from it, and costing a
 request nothing; the counters as each request is routed."""
 
-from app.admission.budget import Reservation
+from typing import Any
+
+from app.admission.budget import EngineBudget, Reservation
 from app.admission.policy import AdmissionPolicy
 from app.engine.monitor import engine_label
 from app.observe.metrics import GatewayMetrics
@@ -54,3 +57,26 @@ class AdmissionMetrics:
             m.affinity_hits.labels(engine_label(choice.engine)).inc()
         elif choice.overridden:
             m.load_cap_overrides.labels(engine_label(choice.preferred)).inc()
+
+
+def budget_status(budget: EngineBudget) -> dict[str, Any]:
+    """What an operator reads of this budget (``/status``), in tokens."""
+    block = budget.block_size or 1
+    blocks = budget.budget_blocks
+    return {
+        "capacity_tokens": budget.capacity_tokens,
+        "budget_tokens": None if blocks is None else blocks * block,
+        "overcommit": round(budget.factor, 3),
+        "reserved_tokens": budget.reserved_blocks * block,
+        "other_replicas_reserved_tokens": budget.others_blocks * block,
+        "share": round(budget.share, 3),
+        "learned_sequence_cap": budget.sequence_cap,
+        "tokens_per_event": round(budget.itl.tokens_per_event, 3),
+        "paced_step_seconds": budget.pace.step() if budget.pace.open else None,
+        "inter_token_seconds": budget.itl.seconds_per_token,
+        "recompute_share": budget.recompute.share(),
+        "preemption_budget": budget.config.preemption_budget,
+        "max_sequences": budget.max_sequences,
+        "in_flight": budget.in_flight,
+        "running_sequences": budget.running_sequences,
+    }

@@ -1,4 +1,4 @@
-"""One engine's budget: charges, capacity, overcommit, its sequence cap."""
+"""One engine's budget: charges, capacity, its sequence cap, what it opens to."""
 
 from dataclasses import replace
 from functools import partial
@@ -81,18 +81,6 @@ def test_unknown_capacity_means_the_fallback_sequence_cap() -> None:
     assert not b.fits(waiter(), 0.0)
 
 
-def test_preemptions_shrink_the_budget_down_to_the_floor() -> None:
-    b = budget(blocks=100, initial_factor=2.0, backoff=0.7)
-    b.observe(reading(0, 0.5), queued=True, ceiling=4.0)
-    b.observe(reading(3, 0.99), queued=True, ceiling=4.0)
-    assert b.factor == pytest.approx(1.4)
-    b.observe(reading(5, 0.99), queued=True, ceiling=4.0)
-    assert b.factor == pytest.approx(0.98)
-    for i in range(20):
-        b.observe(reading(100 + i, 0.99), queued=True, ceiling=4.0)
-    assert b.factor == pytest.approx(0.9)
-
-
 def test_where_the_engine_orders_by_priority_lower_classes_do_not_hold_a_higher_one_back() -> None:
     """Low requests fill the budget: a high one still fits where the engine
     preempts the low ones for it, a low one does not; an engine that orders
@@ -111,33 +99,6 @@ def test_where_the_engine_orders_by_priority_lower_classes_do_not_hold_a_higher_
         assert b.fits(waiter(700, priority="low"), 0.0)
 
 
-def test_within_its_preemption_budget_the_engine_is_filled_past_the_zero_preemption_ceiling() -> (
-    None
-):
-    """A tenth of what the engine generates may be recomputed: preemptions
-    that cost less keep the factor growing (the cache full, requests queued)
-    past what completed requests justify; past the budget it backs off."""
-    b = budget(blocks=100, preemption_budget=0.1, patience=2, step=0.2, max_factor=3.0)
-    generated = preempted = 0.0
-    for _ in range(20):
-        # 1,000 tokens a tick; a preemption recomputes 10,000 × 0.99 / 100 tokens.
-        generated, preempted = generated + 1000, preempted + 0.5
-        b.observe(reading(preempted, 0.99, generated, running=100), queued=True, ceiling=1.0)
-    assert b.recompute.share() == pytest.approx(0.0495)
-    assert b.factor == pytest.approx(3.0)
-    for _ in range(3):
-        generated, preempted = generated + 1000, preempted + 3
-        b.observe(reading(preempted, 0.99, generated, running=100), queued=True, ceiling=1.0)
-    assert b.factor < 3.0
-
-
-def test_without_a_preemption_budget_any_preemption_backs_off() -> None:
-    b = budget(blocks=100, initial_factor=2.0, backoff=0.5)
-    b.observe(reading(0, 0.5, 0), queued=True, ceiling=4.0)
-    b.observe(reading(1, 0.5, 100_000), queued=True, ceiling=4.0)
-    assert b.factor == pytest.approx(1.0)
-
-
 def test_a_persistent_queue_with_headroom_opens_the_budget_up_to_the_ceiling() -> None:
     b = budget(blocks=10, patience=2, step=0.1)
     budgets = []
@@ -147,20 +108,6 @@ def test_a_persistent_queue_with_headroom_opens_the_budget_up_to_the_ceiling() -
     assert budgets[0] == 10
     assert budgets[-1] == 13
     assert b.factor == pytest.approx(1.3)
-
-
-def test_no_headroom_or_no_queue_means_no_growth() -> None:
-    b = budget()
-    for _ in range(10):
-        b.observe(reading(0, 0.2), queued=False, ceiling=4.0)
-        b.observe(reading(0, 0.95), queued=True, ceiling=4.0)
-    assert b.factor == 1.0
-
-
-def test_blind_to_the_engine_the_budget_holds_at_its_floor() -> None:
-    b = budget(initial_factor=2.0)
-    b.hold_at_floor()
-    assert b.factor == pytest.approx(0.9)
 
 
 def test_the_engines_sequence_cap_is_learned_from_its_own_queue() -> None:

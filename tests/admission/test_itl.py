@@ -6,6 +6,7 @@ import pytest
 
 from app.admission.itl import InterTokenEstimate
 from app.admission.lane import KvLane
+from app.admission.publish import budget_status
 from tests.admission.test_policy import add, admit_all, policy, waiter
 
 
@@ -40,4 +41,4 @@ def test_an_engines_estimate_is_learned_from_the_streams_its_lane_reports() -> N
     KvLane(p, reservation).ended(tokens=51, events=40, seconds=1.0)
     budget = p.engines["e0"]
     assert budget.itl.seconds_per_token == pytest.approx(0.02)
-    assert budget.status()["inter_token_seconds"] == pytest.approx(0.02)
+    assert budget_status(budget)["inter_token_seconds"] == pytest.approx(0.02)
