@@ -207,8 +207,9 @@ class Settings(BaseSettings):
     # may compute again after preemptions (recompute, estimated from its
     # preemptions and KV use: app/admission/recompute.py). The overcommit
     # grows while the engine stays within it and backs off past it; 0: no
-    # preemption at all (for engines whose recompute is dear).
-    preemption_budget: float = Field(0.0, ge=0)
+    # preemption at all (for engines whose recompute is dear). Why not 0 by
+    # default: docs/admission.md, what preemption may cost.
+    preemption_budget: float = Field(0.3, ge=0)
 
     # How prompts are counted for reservations and key limits
     # (app/tokens): the engine's /tokenize, the model's tokenizer files in

@@ -100,7 +100,7 @@ def test_where_the_engine_orders_by_priority_lower_classes_do_not_hold_a_higher_
 
 
 def test_a_persistent_queue_with_headroom_opens_the_budget_up_to_the_ceiling() -> None:
-    b = budget(blocks=10, patience=2, step=0.1)
+    b = budget(blocks=10, patience=2, step=0.1, preemption_budget=0)
     budgets = []
     for _ in range(10):
         b.observe(reading(0, 0.4), queued=True, ceiling=1.3)

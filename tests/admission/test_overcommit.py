@@ -19,7 +19,7 @@ def overcommit(**config: float) -> Overcommit:
 
 
 def test_preemptions_shrink_the_factor_down_to_the_floor() -> None:
-    b = overcommit(initial_factor=2.0, backoff=0.7)
+    b = overcommit(initial_factor=2.0, backoff=0.7, preemption_budget=0)
     b.observe(reading(0, 0.5), queued=True, ceiling=4.0)
     b.observe(reading(3, 0.99), queued=True, ceiling=4.0)
     assert b.factor == pytest.approx(1.4)
@@ -51,14 +51,14 @@ def test_within_its_preemption_budget_the_engine_is_filled_past_the_zero_preempt
 
 
 def test_without_a_preemption_budget_any_preemption_backs_off() -> None:
-    b = overcommit(initial_factor=2.0, backoff=0.5)
+    b = overcommit(initial_factor=2.0, backoff=0.5, preemption_budget=0)
     b.observe(reading(0, 0.5, 0), queued=True, ceiling=4.0)
     b.observe(reading(1, 0.5, 100_000), queued=True, ceiling=4.0)
     assert b.factor == pytest.approx(1.0)
 
 
 def test_no_headroom_or_no_queue_means_no_growth() -> None:
-    b = overcommit()
+    b = overcommit(preemption_budget=0)
     for _ in range(10):
         b.observe(reading(0, 0.2), queued=False, ceiling=4.0)
         b.observe(reading(0, 0.95), queued=True, ceiling=4.0)

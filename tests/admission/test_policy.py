@@ -249,8 +249,12 @@ def opened_up(p: AdmissionPolicy) -> float:
     return p.engines["e0"].factor
 
 
+# With no preemption allowed (the budget at 0), the overcommit stops at what
+# completed requests justify: the ceiling.
+
+
 def test_growth_stops_at_what_completed_requests_justify() -> None:
-    p = policy(blocks=10)
+    p = policy(blocks=10, preemption_budget=0)
     # Requests reserved 1000 tokens (100 prompt + 900 output) and wrote 400:
     # each peaked at 100 + 400 = 500, so overcommit up to 2x.
     for _ in range(10):
@@ -263,7 +267,7 @@ def test_growth_stops_at_what_completed_requests_justify() -> None:
 def test_answers_that_use_all_their_max_tokens_justify_no_overcommit() -> None:
     """A burst of such answers reaches its peaks together: a budget above the
     engine's capacity would be preempted, however staggered they once were."""
-    p = policy(blocks=10)
+    p = policy(blocks=10, preemption_budget=0)
     for _ in range(10):
         add(p, waiter(tokens=1000))
         ((_, reservation),) = admit_all(p)
@@ -273,12 +277,14 @@ def test_answers_that_use_all_their_max_tokens_justify_no_overcommit() -> None:
 
 def test_before_any_request_completed_the_budget_stays_at_the_worst_case() -> None:
     """A fresh gateway's first burst: nothing justifies overcommitting yet."""
-    assert opened_up(policy(blocks=10)) == pytest.approx(1.0)
-    assert opened_up(policy(blocks=10, initial_factor=1.5)) == pytest.approx(1.5)
+    assert opened_up(policy(blocks=10, preemption_budget=0)) == pytest.approx(1.0)
+    assert opened_up(policy(blocks=10, initial_factor=1.5, preemption_budget=0)) == pytest.approx(
+        1.5
+    )
 
 
 def test_the_factor_falls_to_the_ceiling_when_completions_justify_less() -> None:
-    p = policy(blocks=10)
+    p = policy(blocks=10, preemption_budget=0)
     for _ in range(10):
         add(p, waiter(tokens=1000))
         ((_, reservation),) = admit_all(p)

@@ -38,8 +38,11 @@ async def test_a_burst_larger_than_one_engine_spreads_over_both_without_preempti
     idle_engine: Engine, second: Engine, start_gateway: StartGateway
 ) -> None:
     """Fourteen streams of 300 tokens need 3 blocks each: 42 blocks, more
-    than one engine's 24; seven on each fit."""
-    gateway = start_gateway(idle_engine.url, upstream_urls=f"{idle_engine.url},{second.url}")
+    than one engine's 24; seven on each fit (no preemption allowed: the
+    budget at 0)."""
+    gateway = start_gateway(
+        idle_engine.url, upstream_urls=f"{idle_engine.url},{second.url}", preemption_budget=0
+    )
     gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
     assert wait_until(lambda: gateway.metric("gateway_upstream_up") == 2, timeout=60)
     before = preemptions(idle_engine, second)
