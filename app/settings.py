@@ -140,6 +140,10 @@ class Settings(BaseSettings):
     # block before the client is dropped as too slow.
     sse_ping_seconds: float = Field(15.0, ge=0)
     sse_send_timeout: float = Field(30.0, gt=0)
+    # Server-Timing on every relayed answer's head (its queue wait, arrival to the
+    # head), and the origins a browser lets read it (Timing-Allow-Origin).
+    server_timing: bool = True
+    timing_allow_origin: str | None = None
     # A stream that asks for its queue status (X-Queue-Status: on) is told
     # where it stands this often while it waits.
     queue_status_interval: float = Field(1.0, gt=0)

@@ -234,9 +234,17 @@ def gateway_dashboard() -> dashboard.Dashboard:
                         "max by (job) (gateway_event_loop_lag_seconds)",
                         "event loop lag (max 30 s) {{job}}",
                     ),
+                    (
+                        f"histogram_quantile(0.5, sum by (job, le) (rate(gateway_added_latency_seconds_bucket[{RATE}])))",
+                        "in front of the engine, p50 {{job}}",
+                    ),
+                    (
+                        f"histogram_quantile(0.99, sum by (job, le) (rate(gateway_added_latency_seconds_bucket[{RATE}])))",
+                        "in front of the engine, p99 {{job}}",
+                    ),
                 ],
                 "s",
-                "The relay's own time before a stream's first event reaches the client's connection, and how late the gateway's event loop runs: lag high while the first event's time stays low means requests wait for the process (a shared or busy core, too much for one process) before the gateway reads their bytes.",
+                "The relay's own time before a stream's first event reaches the client's connection, and how late the gateway's event loop runs: lag high while the first event's time stays low means requests wait for the process (a shared or busy core, too much for one process) before the gateway reads their bytes. In front of the engine: a request's time to first token (whole answers: to the end) less its wait in the gateway's queue and less what the engine says it took (engines run with --enable-per-request-metrics): the gateway, the engine's HTTP server and the network between.",
                 span=12,
             )
         )

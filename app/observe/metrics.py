@@ -309,6 +309,24 @@ class GatewayMetrics:
             buckets=_GAP_BUCKETS,
             registry=r,
         )
+        self.added_latency = Histogram(
+            "gateway_added_latency_seconds",
+            "What everything in front of the engine's core added to a completed request beyond"
+            " its wait in the gateway's queue (the gateway, the engine's HTTP server, the way"
+            " between): a stream's admission to its first token here less the engine's own"
+            " queue and time to first token; a whole answer's admission to its end less all of"
+            " the engine's time. Only where the engine gives its per-request figures.",
+            ["route"],
+            buckets=_GAP_BUCKETS,
+            registry=r,
+        )
+        self.engine_timing_missing = Counter(
+            "gateway_engine_timing_missing",
+            "Completed requests whose engine gave no per-request figures (routes without them,"
+            " n > 1, an engine without --enable-per-request-metrics): no added latency for them.",
+            ["route"],
+            registry=r,
+        )
         self.build_info = Gauge(
             "gateway_build_info",
             "Always 1; the labels say which gateway runs (its version, its Python).",
@@ -334,6 +352,8 @@ class GatewayMetrics:
             for outcome in OUTCOMES:
                 self.requests.labels(route, outcome)
                 self.duration.labels(route, outcome)
+            self.added_latency.labels(route)
+            self.engine_timing_missing.labels(route)
         for reason in REJECTION_REASONS:
             self.rejections.labels(reason)
         for phase in CANCEL_PHASES:

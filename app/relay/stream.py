@@ -131,11 +131,7 @@ class StreamRelay:
         for event in split_events(data):
             if _USAGE in event:
                 chunk = event_json(event)
-                take_usage(
-                    chunk.get("usage") if isinstance(chunk, dict) else None,
-                    self._usage,
-                    self._record,
-                )
+                take_usage(chunk, self._usage, self._record)
                 # Only the usage-only chunk (no choices) is the gateway's to
                 # drop; a content chunk that carries usage too (continuous
                 # usage stats) always goes through.

@@ -56,7 +56,7 @@ from app.observe.tracing import RequestTrace, route_reason
 from app.relay.pick import relay_for
 from app.relay.sse import StreamSender
 from app.relay.stream import StreamRelay
-from app.relay.usage import answer_usage
+from app.relay.usage import take_answer
 from app.request.error_responses import error_event, error_response
 from app.request.errors import (
     ClientDisconnected,
@@ -275,7 +275,7 @@ class Flight:
                 first_event_added=metrics.first_event_added,
             )
             with anyio.CancelScope(shield=True):
-                await sender.start(self._headers | dict(self._terms.headers))
+                await sender.start(self._head_headers())
             self._sender = sender
             assert self._group is not None
             self._group.start_soon(sender.keep_time, self._end_because)
@@ -284,14 +284,14 @@ class Flight:
     async def _relay_whole(self, upstream: EngineResponse) -> None:
         """A non-streaming answer: nothing reaches the client until it is whole."""
         content = await upstream.read()
-        self.record.used(*answer_usage(content, self._route.usage))
+        take_answer(content, self._route.usage, self.record)
         self.record.finish("completed", status=upstream.status)
         self._conclude()
         response = Response(
             content,
             status_code=upstream.status,
             media_type=upstream.content_type,
-            headers=self._headers | dict(self._terms.headers),
+            headers=self._head_headers(),
         )
         await response(self._request.scope, self._request.receive, self._send)
 
@@ -381,6 +381,14 @@ class Flight:
         response = error_response(error, self._route.errors)
         response.headers.update(self._headers)
         await response(self._request.scope, self._request.receive, self._send)
+
+    def _head_headers(self) -> dict[str, str]:
+        """An answer's head: its id, its route's terms, its timing."""
+        headers = self._headers | dict(self._terms.headers)
+        settings = self._services.settings
+        if settings.server_timing:
+            headers |= self.record.timing_headers(settings.timing_allow_origin)
+        return headers
 
     def _conclude(self) -> None:
         """Once the request has its outcome: what follows from it, then the

@@ -22,6 +22,19 @@ Phase = Literal["receiving", "queued", "waiting_first_token", "streaming", "non_
 access_log = logging.getLogger("gateway.access")
 
 
+@dataclass(frozen=True)
+class EngineTiming:
+    """What the engine says one request took, in seconds (vLLM's per-request
+    metrics, ``--enable-per-request-metrics``): waiting in its own queue,
+    from being scheduled to its first token, and from its first token to
+    its last. The engine's clock starts when its core receives the request
+    (after its HTTP server parsed and tokenized it)."""
+
+    queue: float
+    first_token: float
+    generation: float | None = None
+
+
 class Telemetry:
     """Where finished records go: the outcome metrics and the access log."""
 
@@ -36,6 +49,14 @@ class Telemetry:
             m.rejections.labels(rec.reason or "invalid").inc()
         elif rec.outcome == "cancelled":
             m.cancellations.labels(rec.phase).inc()
+        if rec.outcome == "completed":
+            added = rec.added_s
+            if added is None:
+                m.engine_timing_missing.labels(rec.route).inc()
+            else:
+                # The engine's intervals are part of the gateway's, measured on
+                # another clock: a little below zero is noise, counted as none.
+                m.added_latency.labels(rec.route).observe(max(0.0, added))
         if rec.outcome in ("completed", "cancelled"):
             if rec.prompt_tokens:
                 m.tokens.labels("prompt").inc(rec.prompt_tokens)
@@ -111,6 +132,8 @@ class RequestRecord:
     worst_tokens: int = 0
     charged_wall: float | None = None
     used_tokens: int = 0
+    # What the engine says the request took (None: it did not say).
+    engine_timing: EngineTiming | None = None
     # What a refused client was told (seconds of ``Retry-After``): logged
     # with each refusal, so that it can be checked after the fact.
     retry_after: float | None = None
@@ -168,6 +191,46 @@ class RequestRecord:
         """What the engine says it used."""
         self.prompt_tokens, self.completion_tokens = prompt, output
 
+    def timed_by_engine(self, timing: EngineTiming | None) -> None:
+        """What the engine says the request took, if it said."""
+        if timing is not None:
+            self.engine_timing = timing
+
+    @property
+    def added_s(self) -> float | None:
+        """What everything in front of the engine's core added to the
+        request beyond its wait in the gateway's queue, in seconds (None: the
+        engine gave no figures). A stream: from its admission to its first
+        token here, less the engine's queue and time to that token. A whole
+        answer: from its admission to its end, less all the engine's time."""
+        timing = self.engine_timing
+        if timing is None or not self.ended_at:
+            return None
+        start = self.arrival if self.admitted_at is None else self.admitted_at
+        engine = timing.queue + timing.first_token
+        if self.stream:
+            if self.first_token_at is None:
+                return None
+            return self.first_token_at - start - engine
+        if timing.generation is None:
+            return None
+        return self.ended_at - start - engine - timing.generation
+
+    def timing_headers(self, allow_origin: str | None) -> dict[str, str]:
+        """``Server-Timing`` for the head sent now: its wait in the gateway's
+        queue and its time from arrival to this head, in milliseconds (the
+        engine's own figures come after a stream's head: in the metrics and
+        the log). ``allow_origin``: who else may read them in a browser."""
+        now = time.perf_counter()
+        parts = []
+        if self.admitted_at is not None:
+            parts.append(f"queue;dur={(self.admitted_at - self.arrival) * 1000:.1f}")
+        parts.append(f'head;dur={(now - self.arrival) * 1000:.1f};desc="arrival to this head"')
+        headers = {"server-timing": ", ".join(parts)}
+        if allow_origin:
+            headers["timing-allow-origin"] = allow_origin
+        return headers
+
     def output_at_least(self, output: int) -> None:
         """An answer cut short, without the engine's usage: what it is known
         to have generated (the engine's own count, when it came, stands)."""
@@ -218,6 +281,8 @@ class RequestRecord:
         def since_arrival(t: float | None) -> float | None:
             return None if t is None else round(t - self.arrival, 4)
 
+        timing, added = self.engine_timing, self.added_s
+
         return {
             "request_id": self.request_id,
             "engine_request_id": self.engine_request_id,
@@ -242,6 +307,9 @@ class RequestRecord:
             "completion_tokens": self.completion_tokens,
             "queue_s": since_arrival(self.admitted_at),
             "ttft_s": since_arrival(self.first_token_at),
+            "engine_queue_s": None if timing is None else round(timing.queue, 4),
+            "engine_ttft_s": None if timing is None else round(timing.first_token, 4),
+            "added_s": None if added is None else round(added, 4),
             "total_s": since_arrival(self.ended_at),
             "error": self.error,
             "retry_after_s": self.retry_after,

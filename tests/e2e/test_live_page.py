@@ -78,11 +78,13 @@ async def test_the_page_follows_requests_queued_running_and_done(
                 request.cancel()
         assert [a.status_code for a in answers] == [200, 200]
 
-        # Done: nothing in flight or queued, and the two first tokens (which
-        # waited out the pause) in the last 30 s of TTFT.
+        # Done: nothing in flight or queued, the two first tokens (which
+        # waited out the pause) in the last 30 s of TTFT, and what the path in
+        # front of the engine added to them (the engine timed both).
         await shows(page, in_flight="0", queue_depth="0")
-        await page.wait_for_function(
-            "document.getElementById('ttft').textContent !== '–'", timeout=WAIT_MS
-        )
+        for tile in ("ttft", "added"):
+            await page.wait_for_function(
+                f"document.getElementById('{tile}').textContent !== '–'", timeout=WAIT_MS
+            )
         assert await page.inner_text("#error") == ""
     assert (tmp_path / "live.png").stat().st_size > 0

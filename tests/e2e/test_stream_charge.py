@@ -2,7 +2,8 @@
 client leaves early, and still gets the bytes the engine would send it
 directly. Against the real engine: a client that asks for eight tokens a
 chunk (vLLM's ``stream_interval``) and leaves after three chunks paid three
-tokens when chunks were counted; it pays what the engine last reported."""
+tokens when chunks were counted; it pays what the engine last reported. And
+what the engine says the stream took reaches the gateway's log and metrics."""
 
 import json
 import re
@@ -122,3 +123,30 @@ async def test_a_charged_stream_is_the_one_the_engine_sends_directly(
     direct, through = streams
     assert b'"usage"' in direct
     assert merged(through) == merged(direct)
+
+
+async def test_what_the_engine_says_a_stream_took_is_read(
+    idle_engine: Engine, metered: Gateway
+) -> None:
+    """The engine's own figures (its queue, its time to first token) come in
+    its final usage chunk; the gateway logs them and what its side added."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Say something"}],
+        "max_tokens": 4,
+        "stream_options": {"include_usage": True},
+    }
+    before = metered.metric("gateway_added_latency_seconds_count", route="chat")
+    async with (
+        httpx.AsyncClient(base_url=metered.url, timeout=60) as http,
+        open_stream(http, body, "/v1/chat/completions", **HEADERS) as reply,
+    ):
+        request_id = reply.headers["x-request-id"]
+        assert "head;dur=" in reply.headers["server-timing"]
+        await reply.aread()
+    line = access_line(metered, request_id)
+    assert line["outcome"] == "completed"
+    assert line["engine_ttft_s"] > 0
+    assert line["engine_queue_s"] >= 0
+    assert line["added_s"] is not None
+    assert metered.metric("gateway_added_latency_seconds_count", route="chat") == before + 1

@@ -6,7 +6,7 @@ import pytest
 
 from app.observe.metrics import GatewayMetrics
 from app.request.errors import Draining, UpstreamTimeout
-from app.request.record import RequestRecord, Telemetry
+from app.request.record import EngineTiming, RequestRecord, Telemetry
 from tests.support.asgi import in_process_gateway, sample
 from tests.support.scripted_engine import MODEL, ScriptedEngine, next_call
 
@@ -107,3 +107,47 @@ async def test_a_model_list_request_has_its_access_log_line_and_no_outcome(
     (line,) = [r.fields for r in caplog.records if r.name == "gateway.access"]  # type: ignore[attr-defined]
     assert (line["route"], line["status"]) == ("models", 200)
     assert line["total_s"] >= 0
+
+
+def test_what_the_path_added_is_its_time_less_the_engines() -> None:
+    """A stream: admission to its first token here, less the engine's queue
+    and time to first token; a whole answer: admission to its end, less all
+    the engine's time; nothing without the engine's figures."""
+    stream = make(GatewayMetrics())
+    stream.stream = True
+    stream.arrival, stream.admitted_at, stream.first_token_at = 10.0, 10.5, 11.0
+    stream.finish("completed", status=200)
+    assert stream.added_s is None
+    stream.timed_by_engine(EngineTiming(queue=0.1, first_token=0.3, generation=2.0))
+    assert stream.added_s == pytest.approx(0.1)
+    whole = make(GatewayMetrics())
+    whole.arrival, whole.admitted_at = 10.0, 10.5
+    whole.timed_by_engine(EngineTiming(queue=0.1, first_token=0.3, generation=2.0))
+    whole.finish("completed", status=200)
+    whole.ended_at = 13.0
+    assert whole.added_s == pytest.approx(0.1)
+    whole.timed_by_engine(None)  # a later chunk without figures keeps them
+    assert whole.engine_timing is not None
+
+
+def test_a_completed_request_is_counted_where_the_engine_timed_it_and_missed_where_not() -> None:
+    metrics = GatewayMetrics()
+    timed, untimed = make(metrics), make(metrics)
+    timed.timed_by_engine(EngineTiming(queue=0.0, first_token=0.0, generation=0.0))
+    for record in (timed, untimed):
+        record.finish("completed", status=200)
+        record.report()
+    assert count(metrics, "gateway_added_latency_seconds_count", route="chat") == 1
+    assert count(metrics, "gateway_engine_timing_missing_total", route="chat") == 1
+    assert timed.log_fields()["added_s"] is not None
+    assert untimed.log_fields()["added_s"] is None
+
+
+def test_server_timing_says_the_queue_and_the_head() -> None:
+    record = make(GatewayMetrics())
+    assert list(record.timing_headers(None)) == ["server-timing"]
+    assert "queue;" not in record.timing_headers(None)["server-timing"]
+    record.admitted_at = record.arrival + 0.25
+    headers = record.timing_headers("https://app.example")
+    assert headers["server-timing"].startswith("queue;dur=250.0, head;dur=")
+    assert headers["timing-allow-origin"] == "https://app.example"
