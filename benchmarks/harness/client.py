@@ -44,10 +44,19 @@ class Call:
     user: int = 0
     label: str = ""
     streamed: bool = True
+    # The engine's own queue and time to first token (seconds), where it said.
+    engine_time: float | None = None
 
     @property
     def ttft(self) -> float | None:
         return None if self.first_token is None else self.first_token - self.started
+
+    @property
+    def residual(self) -> float | None:
+        """The TTFT less the engine's own queue and time to first token:
+        what everything in front of the engine's core added."""
+        ttft = self.ttft
+        return None if ttft is None or self.engine_time is None else ttft - self.engine_time
 
     @property
     def latency(self) -> float:
@@ -105,6 +114,7 @@ class Client:
             return call
         call.finished = time.perf_counter()
         call.first_token = meter.first_token
+        call.engine_time = meter.engine_time
         call.completion_tokens = meter.completion_tokens or 0
         call.events = meter.content_events
         call.gaps = meter.gaps

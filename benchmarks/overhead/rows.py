@@ -53,10 +53,13 @@ class Run:
     others_cores: float
     ttfts: list[float] = field(default_factory=list, repr=False)
     gaps: list[float] = field(default_factory=list, repr=False)
+    # TTFT less the engine's own queue and time to first token, per request
+    # (where the engine said them).
+    residuals: list[float] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, Any]:
         data = asdict(self)
-        del data["ttfts"], data["gaps"]
+        del data["ttfts"], data["gaps"], data["residuals"]
         return data
 
     def per_1k(self, cpu: float | None) -> float | None:
@@ -158,6 +161,7 @@ def summarise(
         others_cores=round(window.others_cores, 3),
         ttfts=ttfts,
         gaps=gaps,
+        residuals=[r for c in measured if (r := c.residual) is not None],
     )
 
 
@@ -193,6 +197,7 @@ def aggregate(runs: list[Run], rows: list[Row], targets: list[str]) -> list[dict
     for row in rows:
         direct = [r for r in runs if r.row == row.label and r.target == "direct"]
         d_ttft = [t for r in direct for t in r.ttfts]
+        d_residual = [t for r in direct for t in r.residuals]
         for target in targets:
             mine = [r for r in runs if r.row == row.label and r.target == target]
             if not mine:
@@ -206,6 +211,7 @@ def aggregate(runs: list[Run], rows: list[Row], targets: list[str]) -> list[dict
             gaps = [g for r in mine for g in r.gaps]
             p50, p99 = q(ttfts, 0.5), q(ttfts, 0.99)
             d50, d99 = q(d_ttft, 0.5), q(d_ttft, 0.99)
+            residuals = [t for r in mine for t in r.residuals]
 
             def across(values: list[float | None]) -> dict[str, float] | None:
                 return spread([v for v in values if v is not None])
@@ -222,6 +228,9 @@ def aggregate(runs: list[Run], rows: list[Row], targets: list[str]) -> list[dict
                     "ttft_p99_rounds": across([r.ttft_p99 for r in mine]),
                     "added_ttft_p50": None if p50 is None or d50 is None else p50 - d50,
                     "added_ttft_p99": None if p99 is None or d99 is None else p99 - d99,
+                    "residual_p50": q(residuals, 0.5),
+                    "residual_p99": q(residuals, 0.99),
+                    "residual_over_direct": _over(residuals, d_residual),
                     "itl_p50": q(gaps, 0.5),
                     "itl_p99": q(gaps, 0.99),
                     "tokens_per_event": across([r.tokens_per_event for r in mine]),
@@ -240,3 +249,11 @@ def aggregate(runs: list[Run], rows: list[Row], targets: list[str]) -> list[dict
                 }
             )
     return out
+
+
+def _over(mine: list[float], direct: list[float]) -> dict[str, float] | None:
+    """What ``mine``'s residuals add to direct's, at p50 and p99 (pooled
+    over the rounds); None where either has none."""
+    if not mine or not direct:
+        return None
+    return {f"p{int(p * 100)}": q(mine, p) - q(direct, p) for p in (0.5, 0.99)}  # type: ignore[operator]

@@ -23,6 +23,8 @@ def rows_table(agg: list[dict[str, Any]]) -> str:
         "TTFT p99 ms",
         "p99 per round ms",
         "added p99 ms",
+        "residual p50 / p99 ms",
+        "residual over direct's p50 / p99 ms",
         "ITL p50 ms",
         "ITL p99 ms",
         "tokens per chunk",
@@ -47,6 +49,8 @@ def rows_table(agg: list[dict[str, Any]]) -> str:
                 ms(a["ttft_p99"]),
                 spread_text(a["ttft_p99_rounds"], 0, 1000),
                 "-" if direct else ms(a["added_ttft_p99"]),
+                _pair(a.get("residual_p50"), a.get("residual_p99")),
+                "-" if direct else _residual_over(a.get("residual_over_direct")),
                 ms(a["itl_p50"], 2),
                 ms(a["itl_p99"], 2),
                 spread_text(a["tokens_per_event"]),
@@ -60,6 +64,16 @@ def rows_table(agg: list[dict[str, Any]]) -> str:
             ]
         )
     return table(headers, body)
+
+
+def _pair(p50: float | None, p99: float | None) -> str:
+    return "-" if p50 is None or p99 is None else f"{ms(p50, 1)} / {ms(p99, 1)}"
+
+
+def _residual_over(over: dict[str, float] | None) -> str:
+    """What a target's residual (TTFT less the engine's own queue and time
+    to first token) adds to direct's."""
+    return "-" if over is None else _pair(over["p50"], over["p99"])
 
 
 def overload_table(results: list[dict[str, Any]]) -> str:

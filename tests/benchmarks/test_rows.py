@@ -44,6 +44,32 @@ def test_direct_has_no_relay_and_so_no_kernel_part() -> None:
     assert run.proxy_kernel_cpu_s is None
 
 
+def test_a_targets_residual_is_read_against_directs() -> None:
+    """Each request's TTFT less the engine's own time; a target's residuals
+    pooled over its rounds, and what they add to direct's at p50 and p99."""
+    row = Row("2", 2, True)
+    snap = CpuSnapshot(proxy=None, engine_api=1.0, client=1.0)
+    reading = Reading(0.0, snap, 1.0, snap)
+
+    def timed(ttft: float, engine: float) -> Call:
+        call = streamed(0.0, 10)
+        call.first_token, call.engine_time = ttft, engine
+        return call
+
+    direct = summarise("unpinned", row, "direct", 0, [timed(0.05, 0.04)] * 10, Window(), reading)
+    through = summarise("unpinned", row, "gateway", 0, [timed(0.06, 0.04)] * 10, Window(), reading)
+    untimed = summarise("unpinned", row, "nginx", 0, [streamed(0.0, 10)], Window(), reading)
+    assert through.residuals == [0.06 - 0.04] * 10
+    agg = {
+        a["target"]: a
+        for a in aggregate([direct, through, untimed], [row], ["direct", "gateway", "nginx"])
+    }
+    assert round(agg["gateway"]["residual_p50"], 6) == 0.02
+    over = agg["gateway"]["residual_over_direct"]
+    assert (round(over["p50"], 6), round(over["p99"], 6)) == (0.01, 0.01)
+    assert agg["nginx"]["residual_over_direct"] is None
+
+
 # A child that spends half a second of its own CPU on arithmetic, says so,
 # then half a second on syscalls (a pipe written and read a byte at a time).
 _CHILD = """

@@ -1,4 +1,4 @@
-"""Measuring a stream as a client sees it."""
+"""Measuring a stream as a client sees it, and what the engine says it took."""
 
 import json
 
@@ -28,6 +28,26 @@ def test_first_token_gaps_and_usage() -> None:
     assert meter.content_events == 3
     assert meter.gaps == pytest.approx([0.2, 0.0])
     assert meter.tokens == 3
+
+
+def test_the_residual_is_the_ttft_less_the_engines_own_time() -> None:
+    """The engine's queue and time to first token, beside its final usage,
+    come off the client's TTFT; where it gives none there is no residual."""
+    timed = event(
+        {
+            "choices": [],
+            "usage": {"completion_tokens": 1},
+            "metrics": {"queue_time_ms": 100.0, "time_to_first_token_ms": 50.0},
+        }
+    )
+    meter = StreamMeter(started=10.0)
+    meter.feed(TOKEN, 10.4)
+    assert meter.residual is None
+    meter.feed(timed + b"data: [DONE]\n\n", 10.5)
+    assert meter.residual == pytest.approx(0.25)
+    untimed = StreamMeter(started=10.0)
+    untimed.feed(TOKEN + USAGE, 10.4)
+    assert untimed.residual is None
 
 
 def test_without_usage_tokens_are_counted_from_events() -> None:
