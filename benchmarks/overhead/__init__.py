@@ -42,8 +42,12 @@ Parts (``--parts``):
    of vLLM's API server and of the client (this process), all read from
    /proc where the window begins and ends and divided by the tokens that
    arrived inside it; pooled TTFT p50/p99 and what a relay adds to them,
-   ITL p50/p99, and tokens per chunk (above 1 when the sender merged
-   tokens into one chunk). Every run is kept in ``result.json``.
+   each request's residual (its TTFT less the engine's own queue and time
+   to first token, from vLLM's per-request metrics in the final usage
+   chunk) at p50/p99 and what it adds to direct's — the relay's added
+   latency with the engine's own variation taken out — ITL p50/p99, and
+   tokens per chunk (above 1 when the sender merged tokens into one
+   chunk). Every run is kept in ``result.json``.
 2. *profile*: py-spy on a gateway at 32 streams; the raw stacks are kept and
    summarised (busy share, top frames by share, share by package).
 3. *overload*: 256 closed-loop users, ``max_tokens`` 256, against every
