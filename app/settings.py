@@ -114,6 +114,14 @@ class Settings(BaseSettings):
     # Public names for served models: ``chat=llama-v2|llama-v1,default=tiny``
     # (the first name an engine serves; app/engine/aliases.py).
     model_aliases: str | None = None
+    # Scale from zero (docs/scale-from-zero.md): the models a pool that may
+    # have no engine up serves, ``name=context-length,...``
+    # (app/engine/cold_models.py), so they list and validate while it has
+    # none; and how long a request for one waits for an engine to come up,
+    # counted from the later of its arrival and the pool's last change (0:
+    # refused at once, as for any model no engine serves).
+    cold_models: str | None = None
+    cold_start_timeout: float = Field(0.0, ge=0)
 
     # Connections: at most ``max_connections`` open; a request head must
     # arrive within ``head_timeout`` seconds (app/serve/connections.py).
@@ -308,6 +316,20 @@ class Settings(BaseSettings):
             raise ValueError(
                 "GATEWAY_REDIS_PASSWORD and GATEWAY_REDIS_SENTINEL_PASSWORD go with "
                 "GATEWAY_REDIS_SENTINELS (a GATEWAY_REDIS_URL carries its own password)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _cold_start_held_in_the_queue(self) -> "Settings":
+        if self.cold_start_timeout > 0 and self.admission == "off":
+            raise ValueError(
+                "GATEWAY_COLD_START_TIMEOUT holds requests in admission's queue: it needs"
+                " GATEWAY_ADMISSION=on"
+            )
+        if self.cold_start_timeout > 0 and not self.cold_models:
+            raise ValueError(
+                "GATEWAY_COLD_START_TIMEOUT holds requests for the models GATEWAY_COLD_MODELS"
+                " names: name them"
             )
         return self
 

@@ -32,13 +32,14 @@ from app.admission.policy import (
     Reservation,
     Waiter,
 )
-from app.admission.publish import AdmissionMetrics, budget_status
+from app.admission.publish import AdmissionMetrics, budget_status, cold_status
 from app.admission.recompute import EngineReading
 from app.admission.shared import SharedBudgets
+from app.engine.cold_models import parse_cold_models
 from app.engine.stats import KV_USAGE, PREEMPTIONS, EngineStats
 from app.engine.view import EngineView
 from app.observe.metrics import GatewayMetrics
-from app.request.errors import Draining, Evicted, OverCapacity
+from app.request.errors import ColdStartTimeout, Draining, Evicted, OverCapacity
 from app.request.record import RequestRecord
 from app.routing.router import Router
 from app.settings import Settings
@@ -77,6 +78,8 @@ class AdmissionController:
                 affinity_wait=settings.routing_affinity_wait,
                 affinity_steal=settings.routing_affinity_steal,
                 evictions_per_second=settings.evictions_per_second,
+                cold_models=frozenset(parse_cold_models(settings.cold_models)),
+                cold_start_timeout=settings.cold_start_timeout,
             ),
             router,
         )
@@ -102,6 +105,7 @@ class AdmissionController:
             )
         # The gauges are written from the policy when scraped (``app.observe.on_collect``).
         metrics.on_collect(self._publish)
+        metrics.cold_starts.known(self.policy.cold.models)
 
     @property
     def shared(self) -> "SharedBudgets | None":
@@ -189,9 +193,15 @@ class AdmissionController:
     async def _wait(self, waiter: Waiter, future: "asyncio.Future[Reservation]") -> None:
         try:
             # asyncio.wait neither cancels the future on timeout nor when
-            # this task is cancelled: both cases are decided below.
-            left = self.policy.time_left(waiter, time.monotonic())
-            await asyncio.wait({future}, timeout=max(0.0, left))
+            # this task is cancelled: both cases are decided below. The
+            # time left is read again when it ends: a cold start's budget
+            # restarts when the pool changes, and the objective counts
+            # again, later, once an engine is up (``app.admission.cold``).
+            while not future.done():
+                left = self.policy.time_left(waiter, time.monotonic())
+                if left <= 0:
+                    break
+                await asyncio.wait({future}, timeout=left)
         except BaseException:
             # The client left while queued.
             if not self.policy.remove(waiter) and future.done() and future.exception() is None:
@@ -226,15 +236,22 @@ class AdmissionController:
                 "by_tenant": queue.depth_by_tenant(),
             },
             "engines": {url: budget_status(budget) for url, budget in self.policy.engines.items()},
+            "cold_start": cold_status(self.policy),
         }
 
     # --- engine facts ---------------------------------------------------------
 
     def add_engine(self, view: EngineView) -> None:
         self.policy.add_engine(view)
-        self._dispatch.dispatch()
+        self._pool_changed()
 
     def on_engine_change(self, engine: str) -> None:
+        self._pool_changed()
+
+    def _pool_changed(self) -> None:
+        self.policy.pool_changed(time.monotonic())
+        for model, took in self.policy.cold.take_measured():
+            self._metrics.cold_start(model, took)
         self._dispatch.dispatch()
 
     def on_engine_stats(self, engine: str, stats: EngineStats) -> None:
@@ -266,6 +283,7 @@ class AdmissionController:
 
     def forget_engine(self, engine: str) -> None:
         self.policy.forget_engine(engine)
+        self._pool_changed()
 
     # --- what the dispatcher and the holds call back ----------------------------
 
@@ -308,7 +326,16 @@ class AdmissionController:
                 )
             )
 
-    def _expired_error(self, waiter: Waiter) -> OverCapacity:
+    def _expired_error(self, waiter: Waiter) -> OverCapacity | ColdStartTimeout:
+        if waiter.held_from is not None:
+            timeout = self.policy.cold.timeout
+            return ColdStartTimeout(
+                f"no engine for {waiter.model!r} came up within {timeout:g}s; retry after the"
+                " time given in Retry-After",
+                retry_after=self.policy.cold.retry_after(
+                    waiter.model, time.monotonic(), self._retry_after_unavailable
+                ),
+            )
         return OverCapacity(
             f"not started within its objective of {waiter.objective:g}s in the gateway's"
             " queue; retry after the time given in Retry-After",

@@ -62,6 +62,9 @@ class Waiter:
     sheddable: bool = False
     # It had a sheddable request stopped to make room for it (once at most).
     evicted_for: bool = False
+    # Since when it has been held for an engine to come up for its model
+    # (scale from zero: ``app.admission.cold``); None: not held.
+    held_from: float | None = None
 
     @property
     def rank(self) -> int:

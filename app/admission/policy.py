@@ -37,6 +37,7 @@ from typing import Literal
 
 from app.admission.budget import BudgetConfig, EngineBudget, Reservation
 from app.admission.classes import ClassTable, default_table
+from app.admission.cold import ColdStarts
 from app.admission.eviction import Eviction, Evictor
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
@@ -82,6 +83,10 @@ class PolicyConfig:
     # Where such a waiter takes room elsewhere: only on an engine with
     # nothing in flight (``idle``), or any no one behind it took (``room``).
     affinity_steal: Literal["room", "idle"] = default("routing_affinity_steal")
+    # Scale from zero: the models whose requests are held while no engine
+    # serves them, and for how long (``app.admission.cold``).
+    cold_models: frozenset[str] = frozenset()
+    cold_start_timeout: float = default("cold_start_timeout")
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,7 @@ class AdmissionPolicy:
         self._sheddable_ranks = frozenset(
             c.rank for c in self.config.classes.values() if c.sheddable
         )
+        self.cold = ColdStarts(self.config.cold_models, self.config.cold_start_timeout)
 
     # --- engines ----------------------------------------------------------------
 
@@ -159,6 +165,18 @@ class AdmissionPolicy:
     def forget_engine(self, engine: str) -> None:
         """An engine that left the fleet (no longer discovered)."""
         self.engines.pop(engine, None)
+
+    def serves(self, model: str) -> bool:
+        """Whether an engine requests may go to now serves ``model``."""
+        return any(b.up and model in b.models for b in self.engines.values())
+
+    def pool_changed(self, now: float) -> None:
+        """An engine was found, lost, went up or down or changed its models:
+        what is held for a cold start is looked at again (``app.admission.cold``)."""
+        for waiter in self.cold.pool_changed(now, self.serves, self.queue):
+            # Its deadline moved: it takes its place in its tenant's order again.
+            self.queue.remove(waiter)
+            self.queue.add(waiter)
 
     @property
     def in_flight(self) -> int:
@@ -180,8 +198,13 @@ class AdmissionPolicy:
         depth or its bytes (``queue_full``), or the predicted wait is longer
         than its objective allows (``objective_forecast``; not if it would be admitted
         at once). ``front``: a retry, which already waited its turn."""
+        held = self.cold.holds(waiter.model) and not self.serves(waiter.model)
+        if held:
+            waiter.held_from = now
         if not front:
             self._refuse_if_full(waiter, now)
+        if held:
+            self.cold.hold(waiter, now)
         waiter.round = self._round
         waiter.sheddable = self.config.classes[waiter.priority].sheddable
         self.queue.add(waiter, front=front)
@@ -214,7 +237,10 @@ class AdmissionPolicy:
     def time_left(self, waiter: Waiter, now: float) -> float:
         """Seconds ``waiter`` may still wait and have its first token within
         its objective: its deadline, less the time a first token takes
-        after admission (``first_token_lag``)."""
+        after admission (``first_token_lag``). Held for an engine to come
+        up, its cold start's budget instead (``app.admission.cold``)."""
+        if waiter.held_from is not None:
+            return self.cold.time_left(waiter, now)
         return waiter.deadline - self.first_token_lag - now
 
     def first_token(self, seconds: float) -> None:
@@ -278,7 +304,8 @@ class AdmissionPolicy:
             if placed is not None:
                 budget, choice = placed
                 return Decision(waiter, budget, choice, now), expired
-            self._consider_eviction(waiter, now)
+            if waiter.held_from is None:  # no one is stopped for an engine not up
+                self._consider_eviction(waiter, now)
             full_models.add(waiter.model)
         # The end of a dispatch round. A waiter waiting for its prompt's
         # engine takes room elsewhere that no one behind it took, where

@@ -25,6 +25,9 @@ class AdmissionMetrics:
         m = self._metrics
         for priority, depth in policy.queue.depth_by_priority().items():
             m.queue_depth.labels(priority).set(depth)
+        cold = policy.cold
+        if cold.models:
+            m.cold_starts.publish(cold.models, cold.held(policy.queue))
         for budget in policy.engines.values():
             label = engine_label(budget.id)
             block = budget.block_size or 1
@@ -37,6 +40,10 @@ class AdmissionMetrics:
             if budget.capacity_tokens is not None and budget.budget_blocks is not None:
                 m.kv_capacity.labels(label).set(budget.capacity_tokens)
                 m.kv_budget.labels(label).set(budget.budget_blocks * block)
+
+    def cold_start(self, model: str, seconds: float) -> None:
+        """An engine came up for ``model`` that held requests waited for."""
+        self._metrics.cold_starts.started.labels(model).observe(seconds)
 
     def evicted(self, engine: str, outcome: str) -> None:
         """An eviction's outcome, once its engine reported after it."""
@@ -79,4 +86,21 @@ def budget_status(budget: EngineBudget) -> dict[str, Any]:
         "max_sequences": budget.max_sequences,
         "in_flight": budget.in_flight,
         "running_sequences": budget.running_sequences,
+    }
+
+
+def cold_status(policy: AdmissionPolicy) -> dict[str, Any] | None:
+    """Scale from zero on ``/status``: the requests held for an engine by
+    model, and the last starts' seconds (None: no cold models)."""
+    cold = policy.cold
+    if not cold.models:
+        return None
+    held = cold.held(policy.queue)
+    return {
+        "timeout_seconds": cold.timeout,
+        "models": {
+            model: {"held": held.get(model, 0), "serving": policy.serves(model)}
+            for model in sorted(cold.models)
+        },
+        "last_starts_seconds": cold.last_starts(),
     }

@@ -51,7 +51,7 @@ def _answer(
             key_id = key.id
             # What the key may not call, it does not see.
             listed["data"] = [m for m in listed["data"] if key.may_call(m["id"])]
-        if not services.engines.up:
+        if not services.engines.up and not services.engines.catalog.cold:
             raise EngineUnavailable(
                 "no engine is available", retry_after=services.settings.retry_after_unavailable
             )

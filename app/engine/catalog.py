@@ -1,9 +1,10 @@
 """What the fleet serves, by name: the union of the model lists of the
-engines requests may go to now, and the aliases the settings give
-(``app.engine.aliases``)."""
+engines requests may go to now, the models a pool that scales to zero serves
+while none of its engines is up (``app.engine.cold_models``), and the
+aliases the settings give (``app.engine.aliases``)."""
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.engine.aliases import Aliases, resolve
@@ -14,9 +15,24 @@ _STALE_AFTER = 5.0
 
 
 class ModelCatalog:
-    def __init__(self, engines: Callable[[], list[EngineMonitor]], aliases: Aliases) -> None:
+    def __init__(
+        self,
+        engines: Callable[[], list[EngineMonitor]],
+        aliases: Aliases,
+        cold: Mapping[str, int | None] | None = None,
+    ) -> None:
         self._engines = engines
         self.aliases = aliases
+        self.cold = dict(cold or {})
+
+    def is_cold(self, name: str) -> bool:
+        """Whether ``name`` (or the alias) is a cold model no engine up serves now."""
+        if not self.cold:
+            return False
+        served = resolve(self.aliases, name, self.table())
+        return served in self.cold and not any(
+            served in monitor.models for monitor in self._engines()
+        )
 
     def table(self) -> dict[str, int | None]:
         """Served name to context length (the longest where engines differ:
@@ -26,7 +42,8 @@ class ModelCatalog:
             for name, length in monitor.models.items():
                 known = table.get(name)
                 table[name] = max(length, known) if length and known else (length or known)
-        return table
+        # A cold model's configured length, until an engine serving it says its own.
+        return self.cold | table
 
     async def lookup(self, name: str) -> tuple[str, dict[str, int | None]]:
         """The served name a request for ``name`` goes to (an alias
@@ -61,6 +78,11 @@ class ModelCatalog:
                 )
                 if length is not None:
                     entry["max_model_len"] = max(length, entry.get("max_model_len") or 0)
+        for name, length in self.cold.items():
+            if name not in entries:
+                entries[name] = {"id": name, "object": "model", "owned_by": "vllm"}
+                if length is not None:
+                    entries[name]["max_model_len"] = length
         for alias in self.aliases:
             served = resolve(self.aliases, alias, entries)
             if served in entries:

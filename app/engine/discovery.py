@@ -27,9 +27,15 @@ def is_dns(urls: list[str]) -> bool:
     return len(urls) == 1 and urls[0].startswith(DNS_PREFIX)
 
 
-async def resolve(url: str) -> list[str]:
+# The name exists with no address, or not at all: a headless Service with
+# no ready engine answers so (a pool scaled to zero), not a failed lookup.
+_NO_ADDRESS = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+
+
+async def resolve(url: str) -> list[str] | None:
     """All addresses a ``dns+scheme://name:port`` URL's name has now, as
-    engine URLs (sorted, so every replica lists them alike)."""
+    engine URLs (sorted, so every replica lists them alike); [] when the
+    name has none, None when the lookup failed."""
     parts = urlsplit(url.removeprefix(DNS_PREFIX))
     if parts.hostname is None:
         raise ValueError(f"no host name in {url!r}")
@@ -37,9 +43,14 @@ async def resolve(url: str) -> list[str]:
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(parts.hostname, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        if exc.errno in _NO_ADDRESS:
+            return []
+        log.warning("cannot resolve %s: %s", parts.hostname, exc)
+        return None
     except OSError as exc:
         log.warning("cannot resolve %s: %s", parts.hostname, exc)
-        return []
+        return None
     hosts = sorted({str(info[4][0]) for info in infos})
     return [f"{parts.scheme}://{_host(h)}:{port}" for h in hosts]
 

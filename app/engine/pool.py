@@ -36,6 +36,7 @@ import zmq.asyncio
 from app.engine.aliases import parse_aliases
 from app.engine.catalog import ModelCatalog
 from app.engine.client import EngineClient
+from app.engine.cold_models import parse_cold_models
 from app.engine.discovery import engine_urls, is_dns, resolve
 from app.engine.kv_events import endpoint_for
 from app.engine.kv_subscriber import KvEventSubscriber
@@ -64,11 +65,17 @@ class EnginePool:
         self._stats_listeners: list[StatsListener] = []
         self._forget_listeners: list[Callable[[str], None]] = []
         # What the engines requests may go to serve, and the aliases.
-        self.catalog = ModelCatalog(self.up_engines, parse_aliases(settings.model_aliases))
+        self.catalog = ModelCatalog(
+            self.up_engines,
+            parse_aliases(settings.model_aliases),
+            parse_cold_models(settings.cold_models),
+        )
         # What each engine reports holding (KV cache events), by URL.
         self.kv_indexes: dict[str, BlockIndex] = {}
         self._kv: dict[str, KvEventSubscriber] = {}
         self._kv_context: zmq.asyncio.Context | None = None
+        # How many times the engines were looked for (a test waits on it).
+        self.resolved = 0
         if settings.kv_events_endpoint is not None:
             # A template that cannot make an endpoint fails the start.
             for template in (settings.kv_events_endpoint, settings.kv_events_replay_endpoint):
@@ -121,8 +128,13 @@ class EnginePool:
 
     async def _discover(self) -> None:
         urls = await resolve(self._configured[0]) if is_dns(self._configured) else self._configured
-        if is_dns(self._configured) and not urls and self.monitors:
+        self.resolved += 1
+        if urls is None:
             return  # a failed lookup keeps the engines we know
+        if not urls and self.monitors and not self.catalog.cold:
+            # Nor does a name with no address, unless the pool scales to
+            # zero (cold models): else all engines gone would hide as none.
+            return
         for url in urls:
             if url not in self.monitors:
                 log.info("engine %s added", url)

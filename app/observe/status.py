@@ -26,6 +26,8 @@ def gateway_status(services: Services) -> dict[str, Any]:
         "admission": admission["admission"],
         "engines": engines,
         "queue": admission["queue"],
+        # Scale from zero: requests held for an engine, by model (None: no cold models).
+        "cold_start": admission.get("cold_start"),
         # The classes requests are ordered by, and whether the engines order by them too.
         "classes": {
             name: {

@@ -71,6 +71,7 @@ REJECTION_REASONS = (
     "evicted",
     "overloaded",
     "unavailable",
+    "cold_start",
     "draining",
     "slow_reader",
     "engine_invalid",
@@ -283,6 +284,16 @@ class EngineUnavailable(GatewayError):
     code = "engine_unavailable"
     outcome = "rejected"
     reason = "unavailable"
+
+
+class ColdStartTimeout(GatewayError):
+    """Held for an engine to come up for its model (scale from zero) longer
+    than ``GATEWAY_COLD_START_TIMEOUT``; told when one should be up."""
+
+    status = 503
+    code = "cold_start_timeout"
+    outcome = "rejected"
+    reason = "cold_start"
 
 
 class Draining(GatewayError):

@@ -111,10 +111,7 @@ async def _receive(
         limit = settings.max_upload_bytes if form else settings.max_body_bytes
         body = await read_body(request, route, limit, settings.body_timeout)
         record.enter("queued")
-        if not services.engines.up:
-            raise EngineUnavailable(
-                "no engine is available", retry_after=settings.retry_after_unavailable
-            )
+        _refuse_if_no_engine(body, services)
         body, models = await _model_table(body, key, services)
         limits = Limits(max_n=settings.max_n, max_batch=settings.max_batch)
         version = request.scope.get("http_version", "1.1")
@@ -133,6 +130,19 @@ async def _receive(
             job = await services.counter.count(job, body, record.engine_request_id)
     record.checked(job.model, job.stream)
     return job
+
+
+def _refuse_if_no_engine(body: dict[str, Any], services: Services) -> None:
+    """No engine to send to: refused at once, unless the model is a cold one
+    that is held while an engine comes up (``app.admission.cold``)."""
+    model = body.get("model")
+    cold = isinstance(model, str) and services.engines.catalog.is_cold(model)
+    if cold and services.settings.cold_start_timeout > 0:
+        return
+    if cold or not services.engines.up:
+        raise EngineUnavailable(
+            "no engine is available", retry_after=services.settings.retry_after_unavailable
+        )
 
 
 def _engine_priority(services: Services, identity: Identity) -> int | None:

@@ -34,11 +34,13 @@ WITH_KEYS = ["-f", BASE, "-f", CPU_FILE, "-f", compose_settings.OPTIONAL_FILES["
 FORMED = {
     "redis_sentinels": "sentinel-a:26379,sentinel-b:26379",
     "sheddable_classes": "normal,low",
+    "cold_models": "tiny=2048,large",
 }
 # Settings that exclude one set in the operator's .env (a cluster is not
-# reached through sentinels): left out of it, each reaching the gateways
-# is tested on its own.
-APART = {"redis_cluster": "true"}
+# reached through sentinels; requests are not held for a cold start with
+# admission off): left out of it, each reaching the gateways is tested on
+# its own.
+APART = {"redis_cluster": "true", "cold_start_timeout": "30.0"}
 
 
 def other_value(name: str, field: FieldInfo) -> str:
@@ -123,7 +125,7 @@ def test_the_settings_apart_reach_both_gateways(
 ) -> None:
     env_file = tmp_path / "apart.env"
     env_file.write_text(
-        "GATEWAY_REDIS_URL=redis://redis-node-a.example:7000\n"
+        "GATEWAY_REDIS_URL=redis://redis-node-a.example:7000\nGATEWAY_COLD_MODELS=tiny\n"
         + "".join(f"{variable(name)}={value}\n" for name, value in APART.items())
     )
     services = Compose(required_tool("docker-compose"), env_file).resolved(variant)["services"]

@@ -2,9 +2,15 @@
 resolved to engine URLs. Against a real DNS server whose answer changes:
 tests/e2e/test_dns_discovery.py."""
 
+import asyncio
+import socket
+
 import pytest
 
 from app.engine.discovery import engine_urls, is_dns, resolve
+from tests.support.asgi import in_process_gateway
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.wait import wait_for
 
 
 def test_a_list_is_split_trimmed_and_falls_back_to_the_single_url() -> None:
@@ -29,3 +35,42 @@ async def test_an_address_resolves_to_an_engine_url_with_the_port_and_scheme() -
 async def test_a_url_without_a_host_name_is_refused() -> None:
     with pytest.raises(ValueError, match="no host name"):
         await resolve("dns+http://:8000")
+
+
+@pytest.mark.parametrize(("errno", "found"), [(socket.EAI_NONAME, []), (socket.EAI_AGAIN, None)])
+async def test_a_name_with_no_address_is_no_engine_and_a_failed_lookup_is_not_known(
+    monkeypatch: pytest.MonkeyPatch, errno: int, found: list[str] | None
+) -> None:
+    async def getaddrinfo(*args: object, **kwargs: object) -> None:
+        raise socket.gaierror(errno, "lookup")
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", getaddrinfo)
+    assert await resolve("dns+http://engines:8000") == found
+
+
+@pytest.mark.parametrize(("cold", "kept"), [("tiny", False), (None, True)])
+async def test_a_pool_scaled_to_zero_forgets_its_engines_only_with_cold_models(
+    monkeypatch: pytest.MonkeyPatch, cold: str | None, kept: bool
+) -> None:
+    """A headless Service with no ready engine answers with no address: a
+    pool that scales to zero has none then; any other keeps the engines it
+    knew (else all of them down would read as none there)."""
+    engine = ScriptedEngine()
+    discovered = [engine]
+
+    async def addresses(url: str) -> list[str]:
+        return [e.url for e in discovered]
+
+    monkeypatch.setattr("app.engine.pool.resolve", addresses)
+    async with in_process_gateway(
+        engine,
+        upstream_urls="dns+http://engines:8000",
+        upstream_dns_interval=0.05,
+        cold_models=cold,
+    ) as gateway:
+        pool = gateway.services.engines
+        discovered.clear()
+        # Two rounds of discovery with the empty answer, at least.
+        rounds = pool.resolved + 2
+        assert await wait_for(lambda: pool.resolved >= rounds, timeout=30)
+        assert (engine.url in pool.monitors) is kept

@@ -7,12 +7,15 @@ one byte at a time, well within any read timeout but taking seconds in all:
 an engine that answers its checks late, as vLLM does under load, while the
 answers to completions on other connections flow at full speed. ``refuse``
 closes the listening socket and every connection: an engine whose process
-is gone (the kernel refuses new connections).
+is gone (the kernel refuses new connections). ``closed`` and ``open``: a gate
+that keeps the engine unreachable until it opens (an engine starting).
 """
 
 import asyncio
 import contextlib
 from urllib.parse import urlsplit
+
+from deploy.local import free_port
 
 _CHECKS = (b"GET /health ", b"GET /metrics ")
 # One byte of a late check's answer per this many seconds.
@@ -39,6 +42,16 @@ class TcpProxy:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
+
+    def closed(self) -> None:
+        """Give the proxy its address without listening there yet: the
+        engine behind it is not up (its connections refused) until ``open``."""
+        self.url = f"http://127.0.0.1:{free_port()}"
+
+    async def open(self) -> None:
+        """Start listening at the address ``closed`` gave."""
+        port = urlsplit(self.url).port
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
 
     async def refuse(self) -> None:
         """Stop listening and drop every connection."""
