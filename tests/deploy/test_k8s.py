@@ -23,6 +23,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from app.engine.cold_models import parse_cold_models
 from app.main import create_app
 from app.observe.metrics import GatewayMetrics
 from app.settings import Settings
@@ -50,7 +51,16 @@ REDIS = ("Deployment", "vllm-gateway-redis")
 SETTINGS = "vllm-gateway-settings"
 # The overlay a variant of it is rendered from, and the compose variant its
 # engine is checked against.
-RENDERS = {"gpu": "gpu", "cpu": "cpu", "gpu-hpa": "gpu"}
+RENDERS = {"gpu": "gpu", "cpu": "cpu", "gpu-hpa": "gpu", "gpu-zero": "gpu"}
+# The components a variant is composed of (instead of an overlay's own).
+COMPOSED = {
+    "gpu-hpa": ["components/monitoring", "components/autoscaling-hpa"],
+    "gpu-zero": [
+        "components/monitoring",
+        "components/autoscaling-keda",
+        "components/scale-from-zero",
+    ],
+}
 # Kubernetes versions the built-in objects are validated against: an older
 # cluster still in service, and the newest schemas kubernetes-validate ships.
 KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
@@ -73,13 +83,11 @@ ADAPTER_VALUES = K8S / "components" / "autoscaling-hpa" / "prometheus-adapter-va
 @pytest.fixture(scope="module")
 def renders() -> dict[str, Rendered]:
     found: dict[str, Rendered] = {}
-    for name in (*OVERLAYS, "gpu-hpa"):
+    for name in (*OVERLAYS, *COMPOSED):
         started = time.monotonic()
-        if name == "gpu-hpa":
+        if name in COMPOSED:
             found[name] = render_composed(
-                name,
-                ["components/monitoring", "components/autoscaling-hpa"],
-                ["overlays/gpu/engine-gpu.yaml"],
+                name, COMPOSED[name], [f"overlays/{RENDERS[name]}/engine-gpu.yaml"]
             )
         else:
             found[name] = render_overlay(name)
@@ -718,12 +726,52 @@ def test_keda_scales_the_engines_on_the_gateways_metrics(renders: dict[str, Rend
     assert demand == 0.75 * engine_max_num_seqs(renders["gpu"])
 
 
+def test_scale_from_zero_starts_the_first_engine_on_held_requests(
+    renders: dict[str, Rendered], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rendered = renders["gpu-zero"]
+    spec = rendered.get("ScaledObject", "vllm-engine")["spec"]
+    triggers = {t["name"]: t for t in spec["triggers"]}
+    # The engines go to zero; the gateways, which hold the requests, never do.
+    assert spec["minReplicaCount"] == 0
+    assert workload(rendered, GATEWAY)["spec"]["replicas"] >= 2
+    # The triggers of the fleet at one or more engines stay as they are.
+    assert {n: t for n, t in triggers.items() if n != "held"} == keda_triggers(renders)
+    held = triggers["held"]["metadata"]
+    assert re.fullmatch(
+        rf'sum\(gateway_requests_held\{{namespace="{NAMESPACE}"\}}\)', held["query"]
+    )
+    families = {family.name for family in GatewayMetrics().registry.collect()}
+    assert "gateway_requests_held" in families
+    assert float(held["activationThreshold"]) == 0  # one held request starts an engine
+    # Never stopped while loading: the cool-down outlasts the startup probe.
+    probe = only_container(rendered, ENGINE)["startupProbe"]
+    loading = (
+        probe.get("initialDelaySeconds", 0) + probe["periodSeconds"] * probe["failureThreshold"]
+    )
+    assert spec["cooldownPeriod"] >= loading
+    # The gateways know the engine's model while none is up, at its length,
+    # and hold requests for it longer than a start from the probe's period.
+    settings = gateway_settings(rendered, monkeypatch)
+    engine_args = dict(
+        str(a).removeprefix("--").split("=", 1)
+        for a in only_container(rendered, ENGINE)["args"]
+        if str(a).startswith("--") and "=" in str(a)
+    )
+    assert parse_cold_models(settings.cold_models) == {
+        engine_args["served-model-name"]: int(engine_args["max-model-len"])
+    }
+    assert settings.cold_start_timeout > probe["periodSeconds"]
+    assert str(settings.upstream_urls).startswith("dns+")
+
+
 def test_the_autoscaling_queries_are_valid_promql(
     renders: dict[str, Rendered], tmp_path: Path
 ) -> None:
+    zero = renders["gpu-zero"].get("ScaledObject", "vllm-engine")["spec"]["triggers"]
     rules = [
         {"record": f"check:{name.replace('-', '_')}", "expr": t["metadata"]["query"]}
-        for name, t in keda_triggers(renders).items()
+        for name, t in {**keda_triggers(renders), **{t["name"]: t for t in zero}}.items()
     ]
     path = tmp_path / "queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "autoscaling", "rules": rules}]}))
