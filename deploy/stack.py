@@ -23,6 +23,13 @@ On a small machine every engine shares the engine cores (``ENGINE_CPUS``):
 the last core stays for the gateways and their clients, and the gateways
 are pinned to the cores the engines leave (``gateway_cpus``).
 
+With ``ENGINE_SCALE_FROM_ZERO=<seconds>``, no engine runs until a request
+comes: each engine is run by a scaler (``deploy/scaler.py``) that starts it
+when the gateways hold a request for it and stops it after that many idle
+seconds; the gateways start at once, knowing the engines' model while none
+is up (``GATEWAY_COLD_MODELS``), and hold requests for it up to
+``GATEWAY_COLD_START_TIMEOUT`` (300 s unless the caller sets it).
+
 Every ``GATEWAY_*`` variable of the caller reaches every gateway as it is
 (``make up GATEWAY_QUEUE_TIMEOUT=5``); the stack itself sets only what it
 owns (ports, the engines, Redis) and, unless the caller does, the gateways'
@@ -116,6 +123,14 @@ def gateway_environment(env: dict[str, str], engine_urls: list[str]) -> dict[str
     }
 
 
+def cold_start_environment(env: dict[str, str]) -> dict[str, str]:
+    """What the gateways know of the engines' model while none is up (scale
+    from zero), and how long they hold a request for it."""
+    model = env.get("ENGINE_MODEL_NAME") or "tiny"
+    length = env.get("ENGINE_MAX_MODEL_LEN") or "2048"
+    return {"GATEWAY_COLD_MODELS": f"{model}={length}", "GATEWAY_COLD_START_TIMEOUT": "300"}
+
+
 def trace_backend(manager: Manager, env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """The local trace backend, when it is installed and the caller's own
     ``OTEL_*`` variables name no collector of theirs; what the gateways and
@@ -169,10 +184,18 @@ def main() -> int:
     manager = Manager()
     gateway_traces, engine_traces = trace_backend(manager, env)
 
+    idle = env.get("ENGINE_SCALE_FROM_ZERO")
+    scaled = (
+        f"exec {python} -m deploy.scaler --idle {float(idle):g} "
+        + " ".join(f"--metrics http://127.0.0.1:{admin_port + i}" for i in range(gateways))
+        + " -- "
+        if idle
+        else "exec "
+    )
     for i in range(engines):
         manager.add_process(
             f"engine-{i}" if engines > 1 else "engine",
-            "exec deploy/engine/run-cpu.sh",
+            f"{scaled}deploy/engine/run-cpu.sh",
             env={
                 **env,
                 **engine_traces,
@@ -183,6 +206,8 @@ def main() -> int:
         )
 
     gateway_env = {**gateway_environment(env, engine_urls), **gateway_traces}
+    if idle:
+        gateway_env = {**cold_start_environment(env), **gateway_env}
     if gateways > 1:
         redis = shutil.which("redis-server")
         if redis is None:
@@ -197,7 +222,12 @@ def main() -> int:
             cwd=str(ROOT),
         )
     scrape = []
-    wait = f"{python} deploy/wait_for_http.py {engine_urls[0]}/health --timeout 900"
+    # Started once an engine answers; with scale from zero, at once.
+    wait = (
+        ""
+        if idle
+        else f"{python} deploy/wait_for_http.py {engine_urls[0]}/health --timeout 900 && "
+    )
     cpus = gateway_cpus(env, os.sched_getaffinity(0))
     pin = f"taskset -c {cpus} " if cpus and shutil.which("taskset") else ""
     for i in range(gateways):
@@ -208,7 +238,7 @@ def main() -> int:
         scrape.append(f"127.0.0.1:{admin_port + i}")
         manager.add_process(
             f"gateway-{i}" if gateways > 1 else "gateway",
-            f"{wait} && exec {pin}{python} -m app",
+            f"{wait}exec {pin}{python} -m app",
             env={**gateway_env, **settings},
             cwd=str(ROOT),
         )
@@ -240,7 +270,8 @@ def main() -> int:
         )
 
     for url in engine_urls:
-        print(f"engine  {url}  (ready in about a minute)", flush=True)
+        when = "on the first request" if idle else "ready in about a minute"
+        print(f"engine  {url}  ({when})", flush=True)
     for i in range(gateways):
         print(f"gateway http://127.0.0.1:{gateway_port + 10 * i}  (starts once an engine answers)")
         print(f"live    http://127.0.0.1:{admin_port + i}/live  (its state, in a browser)")

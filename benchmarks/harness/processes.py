@@ -106,6 +106,10 @@ class Processes:
         self._procs.append(proc)
         return proc
 
+    def command(self, name: str, argv: list[str], env: dict[str, str]) -> ManagedProcess:
+        """Any other process the benchmark runs (stopped with the rest)."""
+        return self._start(name, argv, env)
+
     def engine(
         self,
         name: str,

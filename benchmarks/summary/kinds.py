@@ -69,6 +69,28 @@ def admission_layout(result: Record) -> str:
     return _engines(result, "the engine", "the gateway and the client")
 
 
+def cold_start_layout(result: Record) -> str:
+    return _engines(result, "each engine started", "the gateway, the scaler and the client")
+
+
+def cold_start_rounds(result: Record) -> Sections:
+    body = [
+        [
+            r["target"],
+            r["round"] + 1,
+            fixed(r.get("first_token_s"), 1),
+            fixed(r.get("engine_up_s"), 1),
+            fixed(r.get("gateway_measured_start_s"), 1),
+            fixed(r.get("stopped_after_idle_s"), 1),
+            r.get("status"),
+        ]
+        for r in result.get("runs") or []
+    ]
+    headers = ["target", "round", "launch to first token s", "engine /health 200 s"]
+    headers += ["gateway's cold-start s", "request end to engine stopped s", "status"]
+    return [("Each round", table(headers, body))]
+
+
 def no_rounds(result: Record) -> Sections:
     return []
 
@@ -90,6 +112,7 @@ KINDS: dict[str, Kind] = {
     "limits": Kind(limits_layout, no_rounds),
     "shared-state": Kind(shared_state_layout, no_rounds),
     "admission": Kind(admission_layout, no_rounds),
+    "cold-start": Kind(cold_start_layout, cold_start_rounds),
     # Its tables carry each round's rows after the medians.
     "classes": Kind(classes_layout, no_rounds),
 }
