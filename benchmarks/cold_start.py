@@ -132,10 +132,11 @@ async def run(procs: Processes, out: Path, args: argparse.Namespace) -> dict[str
     return {"runs": runs, "cpus": len(os.sched_getaffinity(0))}
 
 
-def spread(values: list[float]) -> str:
+def spread(values: list[float], digits: int = 1) -> str:
     if not values:
         return "-"
-    return f"{num(q(values, 0.5), 1)} ({num(min(values), 1)}–{num(max(values), 1)})"
+    low, mid, high = (num(v, digits) for v in (min(values), q(values, 0.5), max(values)))
+    return f"{mid} ({low}–{high})"
 
 
 def render(result: dict[str, Any]) -> str:
@@ -158,7 +159,7 @@ def render(result: dict[str, Any]) -> str:
         [
             "through the gateway, the scaler starting it",
             spread([r["first_token_s"] for r in gate if r["first_token_s"]]),
-            spread(pairs) if pairs else "-",
+            spread(pairs, 2),
             spread([r["gateway_measured_start_s"] for r in gate]),
             spread([r["stopped_after_idle_s"] for r in gate]),
         ],
