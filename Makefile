@@ -218,6 +218,7 @@ showcase-needs:
 # wait, --gateway-src DIR runs the gateway from another source tree, e.g. a
 # git worktree of an older commit.
 .PHONY: bench-overhead bench-limits bench-prefix bench-shared-state bench-adapters bench-classes
+.PHONY: bench-cold-start
 bench: setup
 	$(VENV)/bin/python -m benchmarks.admission $(BENCH_ARGS)
 
@@ -258,6 +259,11 @@ bench-adapters: setup
 # light tenant), eviction (a high-class burst on an engine full of low work).
 bench-classes: setup
 	$(VENV)/bin/python -m benchmarks.classes $(BENCH_ARGS)
+
+# One real cold start: the first request through the gateway while the local
+# scaler starts the engine, against the engine started by hand, in rounds.
+bench-cold-start: setup
+	$(VENV)/bin/python -m benchmarks.cold_start $(BENCH_ARGS)
 
 # What the shared state costs one Redis: 1 to 128 simulated replicas over 1 to
 # 64 engines, each admitting 50 requests a second (no engine).

@@ -7,7 +7,8 @@ gateway saw.
 Two gateways in front of the one gate: one with a budget longer than the
 start (everything it holds is served), one with a budget of a few seconds
 (what is held past it is refused: at first with the fallback, since no
-start was seen yet; after one was, with that start's time less the wait)."""
+start was seen yet; after one was, with that start's time less the wait).
+While the requests are held, the live page (in a real browser) names them."""
 
 import asyncio
 import time
@@ -19,6 +20,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from deploy.local import free_port, metric
+from tests.support.browser import headless_chromium
 from tests.support.engines import MODEL, Engine
 from tests.support.gateways import StartGateway
 from tests.support.tcp_proxy import TcpProxy
@@ -109,6 +111,15 @@ async def test_requests_held_through_a_cold_start_are_served_and_past_the_budget
         # Holding hides no outage: the engine shows down, as the alerts read it.
         assert patient.metric("gateway_upstream_up", engine=engine) == 0
         assert patient.status()["models"][MODEL] == {"held": HELD, "serving": False}
+        # The live page says what waits for an engine, while the start runs.
+        async with headless_chromium() as browser:
+            page = await browser.new_page()
+            await page.goto(f"{patient.admin}/live?every=0.5")
+            held_line = f"held for an engine to start: {MODEL} {HELD}"
+            await page.wait_for_function(
+                f"document.getElementById('held')?.textContent === {held_line!r}",
+                timeout=60_000,
+            )
         await asyncio.sleep(max(0.0, START_SECONDS - (time.monotonic() - held_at)))
         assert patient.metric("gateway_requests_held", model=MODEL) == HELD
         await gate.open()
