@@ -12,9 +12,20 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from app.api import adapters, completions, health, live, status, stored_responses, tokens
+from app.api import (
+    adapters,
+    batches,
+    completions,
+    files,
+    health,
+    live,
+    status,
+    stored_responses,
+    tokens,
+)
 from app.api.entry import Gateway
 from app.api.ports import PortRouter
+from app.batch.service import build_batches
 from app.request.error_responses import error_response
 from app.request.errors import FrameworkError, InternalError, InvalidRequest
 from app.serve.drain import Drain
@@ -42,6 +53,8 @@ def create_app(
         if services.shared is not None:
             await services.shared.heartbeat()
         tasks = [asyncio.create_task(run(), name=run.__qualname__) for run in services.background]
+        batch_api = build_batches(services)
+        tasks.append(asyncio.create_task(batch_api.runner.run(), name="batch-runner"))
         if services.keys is not None:
             keys = services.keys
             tasks.append(asyncio.create_task(keys.run(), name="keys-watcher"))
@@ -55,7 +68,7 @@ def create_app(
         if note is not None:
             log.info(note)
         try:
-            yield {"services": services}
+            yield {"services": services, "batches": batch_api}
         finally:
             if services.keys is not None:
                 _on_sighup(None)
@@ -64,6 +77,7 @@ def create_app(
             for task in tasks:
                 with suppress(asyncio.CancelledError):
                     await task
+            batch_api.store.close()
             await services.engine_client.aclose()
             if services.shared is not None:
                 await services.shared.aclose()
@@ -82,6 +96,8 @@ def create_app(
     app.include_router(completions.router)
     app.include_router(tokens.router)
     app.include_router(stored_responses.router)
+    app.include_router(files.router)
+    app.include_router(batches.router)
     app.include_router(health.router)
     if settings.admin_port is not None:
         # It names tenants and engines: never on the public port.

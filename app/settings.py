@@ -167,6 +167,18 @@ class Settings(BaseSettings):
     drain_grace_seconds: float = Field(20.0, ge=0)
     shutdown_timeout: float = Field(30.0, gt=0)
 
+    # The Batch API (``/v1/files``, ``/v1/batches``: docs/batches.md): where
+    # files and the batches' state are kept (made on first use); an uploaded
+    # file's most bytes and lines, and what one tenant's files may add up
+    # to; lines in flight per gateway, all batches together; seconds after
+    # which a batch expires (OpenAI's window is 24 h; tests shorten it).
+    batch_dir: Path = Path("data/batches")
+    batch_max_file_bytes: int = Field(200 * 1024 * 1024, ge=1)
+    batch_max_lines: int = Field(50_000, ge=1)
+    batch_tenant_bytes: int = Field(10 * 1024**3, ge=1)
+    batch_concurrency: int = Field(8, ge=1)
+    batch_completion_window: float = Field(24 * 3600.0, gt=0)
+
     # Admission control (``off`` keeps validation, metrics and auth).
     admission: Literal["on", "off"] = "on"
     # Sequences admitted at once, whatever the KV budget (set it to the

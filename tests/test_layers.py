@@ -27,6 +27,8 @@ FLOORS: dict[str, int] = {
     "app.api": 80,
     # What /status shows: the services of one app, read.
     "app.observe.status": 75,
+    # The Batch API: its lines go through the pipeline as any request.
+    "app.batch": 75,
     "app.request.pipeline": 70,
     "app.request.flight": 60,
     # A stream's queue comments read admission's forecast.

@@ -38,6 +38,10 @@ from app.request.identity import (
 from app.request.owned_fields import CacheScope
 
 _BEARER = "bearer "
+# The ASGI scope key of a request identified before it came (a batch's line,
+# run in process as its batch's owner: ``app.batch.call``). A scope key, not
+# a header: no client can set it.
+IDENTIFIED = "vllm_gateway.identified"
 # The headers a request asks for its TTFT objective in, whole milliseconds.
 OBJECTIVE_HEADERS = ("x-slo-ttft-ms", "x-llm-d-slo-ttft-ms")
 

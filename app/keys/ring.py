@@ -21,6 +21,10 @@ class KeyRing:
     def lookup(self, presented: str) -> KeyEntry | None:
         return self._by_hash.get(hash_key(presented))
 
+    def by_hash(self, sha256: str) -> KeyEntry | None:
+        """The key whose hash is ``sha256`` (a batch runs as the key that made it)."""
+        return self._by_hash.get(sha256)
+
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()

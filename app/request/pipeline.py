@@ -18,7 +18,7 @@ from starlette.types import Send
 from app.admission.base import AdmissionRequest
 from app.admission.demand import Demand, demand_of
 from app.keys.file import KeyEntry
-from app.keys.identify import cache_scope, identify
+from app.keys.identify import IDENTIFIED, cache_scope, identify
 from app.keys.quota import Charge, KeyQuota, tokens_used
 from app.request.errors import Draining, EngineUnavailable, Forbidden
 from app.request.flight import Flight
@@ -78,8 +78,12 @@ async def serve_completion(request: Request, route: Route, services: Services, s
 def _identify(
     request: Request, record: RequestRecord, services: Services
 ) -> tuple[Identity, KeyEntry | None]:
+    preset = request.scope.get(IDENTIFIED)
     try:
-        identity, key = identify(request.headers, services.keys.ring if services.keys else None)
+        if preset is not None:  # a batch's line, run in process as its batch's owner
+            identity, key = preset
+        else:
+            identity, key = identify(request.headers, services.keys.ring if services.keys else None)
     except Forbidden as refused:
         record.refused_key(refused.tenant, refused.key_id)
         raise
