@@ -23,6 +23,7 @@ those lines (``lines_sent_more_than_once``).
 import asyncio
 import json
 import logging
+from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
@@ -32,6 +33,7 @@ from app.batch.call import Answer, call_line
 from app.batch.files import write_output
 from app.batch.store import BatchStore, new_id, now
 from app.batch.validate import read_lines
+from app.observe.batch_metrics import ACTIVE
 from app.serve.services import Services
 
 log = logging.getLogger("gateway.batch")
@@ -56,6 +58,9 @@ class BatchRunner:
         self._key_of = key_of
         self._running: dict[str, set[asyncio.Task[None]]] = {}
         self._wake = asyncio.Event()
+        self._series = services.metrics.batches
+        self._active: Counter[str] = Counter()
+        services.metrics.on_collect(self._publish)
 
     def wake(self) -> None:
         self._wake.set()
@@ -63,6 +68,20 @@ class BatchRunner:
     @property
     def in_flight(self) -> int:
         return sum(len(tasks) for tasks in self._running.values())
+
+    def status(self) -> dict[str, Any]:
+        """The batches under way as the last scan saw them (``/status``)."""
+        return {"active": dict(self._active), "lines_in_flight": self.in_flight}
+
+    def _publish(self) -> None:
+        self._series.in_flight.set(self.in_flight)
+        for status in ACTIVE:
+            self._series.active.labels(status).set(self._active.get(status, 0))
+
+    def _sweep_files(self, db: Any) -> None:
+        """Files past their ``expires_after``: their records and bytes gone."""
+        for file_id in store.expired_files(db):
+            self._store.path_of(file_id).unlink(missing_ok=True)
 
     async def run(self) -> None:
         if self._store.exists:
@@ -87,7 +106,10 @@ class BatchRunner:
     async def _scan(self) -> None:
         if not self._store.exists:
             return
-        for batch in await self._store.run(store.active_batches):
+        await self._store.run(self._sweep_files)
+        active = await self._store.run(store.active_batches)
+        self._active = Counter(batch["status"] for batch in active)
+        for batch in active:
             status = batch["status"]
             if status == "validating":
                 await self._validate(batch)
@@ -130,6 +152,12 @@ class BatchRunner:
         counts = await self._store.run(lambda db: store.line_counts(db, batch_id))
         if not counts.get("pending") and not counts.get("running") and not running:
             await self._finish(batch, "completed")
+            return
+        # Progress, as a client polling the batch reads it.
+        progress = {"completed": counts.get("done", 0), "failed": counts.get("failed", 0)}
+        if progress.items() - batch["request_counts"].items():
+            batch["request_counts"].update(progress)
+            await self._store.run(lambda db: store.save_batch(db, batch))
 
     async def _run_line(self, batch: dict[str, Any], line: dict[str, Any]) -> None:
         batch_id, idx = batch["id"], line["idx"]
@@ -150,6 +178,7 @@ class BatchRunner:
         if answer.status in _AGAIN or (
             answer.status >= 500 and line["attempts"] < _ATTEMPTS_ON_ENGINE_ERRORS
         ):
+            self._series.lines.labels("retried").inc()
             wait = float(answer.headers.get("retry-after") or 1)
             await asyncio.sleep(min(wait, 30.0))
             await self._store.run(lambda db: store.finish_line(db, batch_id, idx, "pending", None))
@@ -166,6 +195,7 @@ class BatchRunner:
             "attempts": line["attempts"],
         }
         state = "done" if answer.status == 200 else "failed"
+        self._series.lines.labels("completed" if state == "done" else "failed").inc()
         await self._store.run(lambda db: store.finish_line(db, batch_id, idx, state, result))
 
     async def _finish(self, batch: dict[str, Any], status: str) -> None:
@@ -176,6 +206,7 @@ class BatchRunner:
         failed = await self._store.run(lambda db: store.results(db, batch_id, "failed"))
         if status == "expired":
             left = await self._store.run(lambda db: _expire_pending(db, batch_id))
+            self._series.lines.labels("expired").inc(len(left))
             failed += left
         tenant = batch["tenant"]
         if done:

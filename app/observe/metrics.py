@@ -14,6 +14,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 from app import __version__
+from app.observe.batch_metrics import BatchSeries
 from app.observe.cold_start import ColdStartSeries
 from app.observe.model_metrics import ModelSeries
 from app.observe.on_collect import OnCollect
@@ -344,6 +345,7 @@ class GatewayMetrics:
             registry=r,
         )
         self.cold_starts = ColdStartSeries(r)
+        self.batches = BatchSeries(r)
         self.receiving = Gauge(
             "gateway_requests_receiving",
             "Requests whose body is being read or checked, before admission.",

@@ -6,6 +6,8 @@ anything is stored; pagination."""
 
 import asyncio
 import json
+import os
+import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Final
@@ -15,8 +17,9 @@ import pytest
 from openai import AsyncOpenAI
 from openai.types import Batch
 
-from tests.support.engines import MODEL, Engine
+from tests.support.engines import MODEL, Engine, engine_idle
 from tests.support.gateways import Gateway, StartGateway
+from tests.support.wait import wait_until
 
 ENDPOINT: Final = "/v1/completions"
 ENDS = ("completed", "failed", "expired", "cancelled")
@@ -60,14 +63,20 @@ async def clients(gateway_with_batches: Callable[..., Gateway]) -> AsyncIterator
         yield a, b
 
 
-async def finished(client: AsyncOpenAI, batch_id: str, timeout: float = 240) -> Batch:
-    """Poll the batch until it ends."""
+async def until(
+    client: AsyncOpenAI, batch_id: str, ok: Callable[[Batch], bool], timeout: float = 240
+) -> Batch:
+    """Poll the batch until ``ok`` says so."""
     async with asyncio.timeout(timeout):
         while True:
             batch = await client.batches.retrieve(batch_id)
-            if batch.status in ENDS:
+            if ok(batch):
                 return batch
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.2)
+
+
+async def finished(client: AsyncOpenAI, batch_id: str) -> Batch:
+    return await until(client, batch_id, lambda batch: batch.status in ENDS)
 
 
 async def read_file(client: AsyncOpenAI, file_id: str | None) -> list[dict[str, Any]]:
@@ -166,9 +175,7 @@ async def test_a_batch_cancelled_mid_run_finishes_what_runs_and_starts_nothing_m
         batch = await client.batches.create(
             input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h"
         )
-        async with asyncio.timeout(120):
-            while (await client.batches.retrieve(batch.id)).status != "in_progress":
-                await asyncio.sleep(0.2)
+        await until(client, batch.id, lambda batch: batch.status == "in_progress")
         cancelling = await client.batches.cancel(batch.id)
         assert cancelling.status == "cancelling"
         done = await finished(client, batch.id)
@@ -214,3 +221,41 @@ async def test_limits_are_refused_before_anything_is_stored(
             await client.files.create(file=("a.jsonl", many), purpose="fine-tune")
         assert (await client.files.list()).data == []
     assert list((tmp_path / "batches" / "files").iterdir()) == []
+
+
+async def test_a_gateway_killed_mid_batch_and_started_again_loses_no_line(
+    idle_engine: Engine, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    settings: dict[str, object] = {"batch_dir": tmp_path / "batches", "batch_concurrency": 2}
+    first = start_gateway(idle_engine.url, **settings)
+    first.process.wait_http(f"{first.url}/health/ready", timeout=60)
+    succeeded = idle_engine.metric("vllm:request_success_total")
+    lines = [line(f"l{i}", completion(f"Kept {i}", 48, ignore_eos=True)) for i in range(16)]
+    async with AsyncOpenAI(base_url=f"{first.url}/v1", api_key="-") as client:
+        uploaded = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+        batch = await client.batches.create(
+            input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h"
+        )
+        await until(
+            client,
+            batch.id,
+            lambda batch: batch.request_counts is not None and batch.request_counts.completed >= 3,
+        )
+    os.killpg(first.process.pid, signal.SIGKILL)  # mid-batch: lines on the engine
+    first.process.proc.wait(timeout=30)
+
+    again = start_gateway(idle_engine.url, **settings)
+    again.process.wait_http(f"{again.url}/health/ready", timeout=60)
+    async with AsyncOpenAI(base_url=f"{again.url}/v1", api_key="-") as client:
+        done = await finished(client, batch.id)
+        output = await read_file(client, done.output_file_id)
+    assert done.status == "completed"
+    assert sorted(o["custom_id"] for o in output) == sorted(f"l{i}" for i in range(16))
+    assert all(o["response"]["status_code"] == 200 for o in output)
+    sent_twice = done.model_extra["lines_sent_more_than_once"] if done.model_extra else None
+    assert sent_twice == sum(1 for o in output if o["attempts"] > 1)
+    assert 1 <= sent_twice <= 2  # at most what ran at once when the gateway died
+    # What the engine finished: every line once, and those sent twice at most twice.
+    assert await asyncio.to_thread(wait_until, lambda: engine_idle(idle_engine.metric), timeout=60)
+    ran = idle_engine.metric("vllm:request_success_total") - succeeded
+    assert 16 <= ran <= 16 + sent_twice
