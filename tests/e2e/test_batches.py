@@ -18,7 +18,8 @@ from openai import AsyncOpenAI
 from openai.types import Batch
 
 from tests.support.engines import MODEL, Engine, engine_idle
-from tests.support.gateways import Gateway, StartGateway
+from tests.support.gateways import Gateway, StartGateway, access_log
+from tests.support.keys import key_entry, write_keys_file
 from tests.support.wait import wait_until
 
 ENDPOINT: Final = "/v1/completions"
@@ -259,3 +260,41 @@ async def test_a_gateway_killed_mid_batch_and_started_again_loses_no_line(
     assert await asyncio.to_thread(wait_until, lambda: engine_idle(idle_engine.metric), timeout=60)
     ran = idle_engine.metric("vllm:request_success_total") - succeeded
     assert 16 <= ran <= 16 + sent_twice
+
+
+async def test_a_keys_batch_runs_as_its_key_and_waits_out_its_rate_limit(
+    idle_engine: Engine, start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    """Its lines are the key's requests (its tenant, its limits): refused
+    for the key's rate, a line waits and runs again rather than failing."""
+    keys = write_keys_file(
+        tmp_path / "keys.yaml",
+        [
+            key_entry("batcher", "acme", "sk-batcher", requests_per_minute=2),
+            key_entry("other", "rival", "sk-other"),
+        ],
+    )
+    gateway = start_gateway(
+        idle_engine.url, batch_dir=tmp_path / "batches", keys_file=keys, rate_limit_window=2
+    )
+    gateway.process.wait_http(f"{gateway.url}/health/ready", timeout=60)
+    lines = [line(f"l{i}", completion(f"Keyed {i}")) for i in range(5)]
+    async with (
+        AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="sk-batcher") as client,
+        AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="sk-other") as rival,
+    ):
+        uploaded = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+        batch = await client.batches.create(
+            input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h"
+        )
+        with pytest.raises(openai.NotFoundError):
+            await rival.batches.retrieve(batch.id)
+        done = await finished(client, batch.id)
+    assert done.status == "completed"
+    assert done.request_counts is not None
+    assert done.request_counts.completed == 5
+    ran = [e for e in access_log(gateway) if e.get("route") == "completions"]
+    assert {(e["key_id"], e["tenant"]) for e in ran} == {("batcher", "acme")}
+    assert {e["outcome"] for e in ran} == {"completed", "rejected"}
+    assert {e["reason"] for e in ran if e["outcome"] == "rejected"} == {"rate_limited"}
+    assert gateway.metric("gateway_batch_lines_total", outcome="retried") >= 1
