@@ -74,11 +74,14 @@ async def cancel(
     batch_id: str, request: Request, services: ServicesDep, batches: BatchesDep
 ) -> Response:
     async def work(tenant: str, _: str | None) -> dict[str, Any]:
-        record = await owned_batch(batches, tenant, batch_id)
-        if record["status"] in ("validating", "in_progress"):
-            record.update(status="cancelling", cancelling_at=store.now())
-            await batches.store.run(lambda db: store.save_batch(db, record))
-            batches.runner.wake()
+        await owned_batch(batches, tenant, batch_id)
+
+        def cancelling(record: dict[str, Any]) -> None:
+            if record["status"] in ("validating", "in_progress"):
+                record.update(status="cancelling", cancelling_at=store.now())
+
+        record = await batches.store.run(lambda db: store.update_batch(db, batch_id, cancelling))
+        batches.runner.wake()
         return object_of(record)
 
     return await answer(request, services, "batches", work)

@@ -122,16 +122,22 @@ class BatchRunner:
         path = self._store.path_of(batch["input_file_id"])
         lines, errors = await asyncio.to_thread(read_lines, path, batch["endpoint"])
         if errors:
-            batch.update(status="failed", failed_at=now())
-            batch["errors"] = {"object": "list", "data": errors}
-            await self._store.run(lambda db: store.save_batch(db, batch))
+
+            def failed(record: dict[str, Any]) -> None:
+                record.update(status="failed", failed_at=now())
+                record["errors"] = {"object": "list", "data": errors}
+
+            await self._store.run(lambda db: store.update_batch(db, batch["id"], failed))
             return
-        batch.update(status="in_progress", in_progress_at=now())
-        batch["request_counts"]["total"] = len(lines)
+
+        def started(record: dict[str, Any]) -> None:
+            if record["status"] == "validating":  # not cancelled meanwhile
+                record.update(status="in_progress", in_progress_at=now())
+            record["request_counts"]["total"] = len(lines)
 
         def begin(db: Any) -> None:
             store.insert_lines(db, batch["id"], lines)
-            store.save_batch(db, batch)
+            store.update_batch(db, batch["id"], started)
 
         await self._store.run(begin)
 
@@ -156,8 +162,11 @@ class BatchRunner:
         # Progress, as a client polling the batch reads it.
         progress = {"completed": counts.get("done", 0), "failed": counts.get("failed", 0)}
         if progress.items() - batch["request_counts"].items():
-            batch["request_counts"].update(progress)
-            await self._store.run(lambda db: store.save_batch(db, batch))
+
+            def count(record: dict[str, Any]) -> None:
+                record["request_counts"].update(progress)
+
+            await self._store.run(lambda db: store.update_batch(db, batch_id, count))
 
     async def _run_line(self, batch: dict[str, Any], line: dict[str, Any]) -> None:
         batch_id, idx = batch["id"], line["idx"]
@@ -201,7 +210,12 @@ class BatchRunner:
     async def _finish(self, batch: dict[str, Any], status: str) -> None:
         """Write the output and error files and close the batch."""
         batch_id = batch["id"]
-        batch.update(status="finalizing", finalizing_at=now())
+        # As it stands now (a cancel may have come since the scan read it).
+        batch = await self._store.run(
+            lambda db: store.update_batch(db, batch_id, lambda b: b.update(finalizing_at=now()))
+        )
+        if batch["status"] == "cancelling" and status == "completed":
+            status = "cancelled"
         done = await self._store.run(lambda db: store.results(db, batch_id, "done"))
         failed = await self._store.run(lambda db: store.results(db, batch_id, "failed"))
         if status == "expired":

@@ -164,6 +164,18 @@ def save_batch(db: sqlite3.Connection, record: dict[str, Any]) -> None:
     )
 
 
+def update_batch(
+    db: sqlite3.Connection, batch_id: str, change: Callable[[dict[str, Any]], None]
+) -> dict[str, Any]:
+    """Read, ``change`` and save a batch's record in one transaction: what
+    another writer saved meanwhile (a cancel) is not written over."""
+    row = db.execute("SELECT record FROM batches WHERE id = ?", (batch_id,)).fetchone()
+    record: dict[str, Any] = json.loads(row[0])
+    change(record)
+    save_batch(db, record)
+    return record
+
+
 def get_batch(db: sqlite3.Connection, tenant: str | None, batch_id: str) -> dict[str, Any] | None:
     row = db.execute(
         "SELECT record FROM batches WHERE id = ? AND (? IS NULL OR tenant = ?)",
