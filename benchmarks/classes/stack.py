@@ -49,6 +49,8 @@ class Serving:
     admin: str | None
     # The gateway's process (its CPU is read around the load).
     gateway_pid: int | None = None
+    # The gateway itself (its access log is read after the load).
+    gateway: Service | None = None
 
 
 def sizes(args: argparse.Namespace) -> dict[EngineKind, EngineSize]:
@@ -145,7 +147,8 @@ class ClassesStack:
         gateway = self.procs.gateway(f"gateway-{run}", settings, Path(self.args.gateway_src))
         try:
             wait_ready([gateway], timeout=120)
-            yield Serving(gateway.url, engine, seqs, f"http://127.0.0.1:{admin_port}", gateway.pid)
+            admin = f"http://127.0.0.1:{admin_port}"
+            yield Serving(gateway.url, engine, seqs, admin, gateway.pid, gateway)
         finally:
             self.procs.stop(gateway)
 

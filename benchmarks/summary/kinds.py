@@ -91,6 +91,23 @@ def cold_start_rounds(result: Record) -> Sections:
     return [("Each round", table(headers, body))]
 
 
+def batch_beside_rounds(result: Record) -> Sections:
+    keys = ["chat_ttft_p50_s", "chat_ttft_p99_s", "chat_tokens_per_s", "batch_tokens_per_s"]
+    keys += ["batch_seconds"]
+    body = [
+        [
+            r["scenario"],
+            r["round"] + 1,
+            *(fixed(r.get(k), 3) for k in keys),
+            r.get("chat_failed", "-"),
+        ]
+        for r in result.get("runs") or []
+    ]
+    headers = ["scenario", "round", "chat TTFT p50 s", "chat TTFT p99 s", "chat tokens/s"]
+    headers += ["batch tokens/s", "batch completion s", "chat failed"]
+    return [("Each round", table(headers, body))]
+
+
 def no_rounds(result: Record) -> Sections:
     return []
 
@@ -113,6 +130,7 @@ KINDS: dict[str, Kind] = {
     "shared-state": Kind(shared_state_layout, no_rounds),
     "admission": Kind(admission_layout, no_rounds),
     "cold-start": Kind(cold_start_layout, cold_start_rounds),
+    "batch-beside": Kind(classes_layout, batch_beside_rounds),
     # Its tables carry each round's rows after the medians.
     "classes": Kind(classes_layout, no_rounds),
 }
