@@ -48,6 +48,10 @@ ENV PATH=/venv/bin:$PATH \
 
 # `python -m` puts the working directory first on sys.path: keep it empty.
 WORKDIR /srv/gateway
+# The Batch API's files and state (GATEWAY_BATCH_DIR, data/batches under
+# here): the gateway's user writes them. Mount a volume at /srv/gateway/data
+# to keep them past the container (docs/batches.md).
+RUN mkdir data && chown 10001:10001 data
 USER 10001:10001
 EXPOSE 8000
 

@@ -1,6 +1,8 @@
 """``/v1/files``: the Batch API's files (``app.batch.files``), each the
 tenant's own: another tenant's id is a 404, as one that does not exist."""
 
+import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
@@ -14,10 +16,11 @@ from app.batch.batches import page
 from app.batch.service import Batches
 from app.keys.identify import identify
 from app.request.error_responses import error_response
-from app.request.errors import GatewayError, NotFound
+from app.request.errors import GatewayError, NotFound, StorageUnavailable
 from app.serve.services import Services
 
 router = APIRouter(prefix="/v1")
+log = logging.getLogger("gateway.batch")
 
 
 def get_batches(request: Request) -> Batches:
@@ -44,6 +47,13 @@ async def answer(
         response = done if isinstance(done, Response) else JSONResponse(done)
     except GatewayError as error:
         response = error_response(error)
+    except (OSError, sqlite3.Error) as error:
+        log.error("the Batch API's storage failed: %r", error)
+        unavailable = StorageUnavailable(
+            "the gateway cannot keep files and batches now; retry later",
+            retry_after=services.settings.retry_after_unavailable,
+        )
+        response = error_response(unavailable)
     services.telemetry.uncounted(name, response.status_code, arrival, key_id)
     return response
 

@@ -286,6 +286,16 @@ class EngineUnavailable(GatewayError):
     reason = "unavailable"
 
 
+class StorageUnavailable(GatewayError):
+    """The Batch API's directory cannot be written or read
+    (``GATEWAY_BATCH_DIR``: its permissions, its disk); the log says why."""
+
+    status = 503
+    code = "storage_unavailable"
+    outcome = "failed"
+    reason = "storage"
+
+
 class ColdStartTimeout(GatewayError):
     """Held for an engine to come up for its model (scale from zero) longer
     than ``GATEWAY_COLD_START_TIMEOUT``; told when one should be up."""
