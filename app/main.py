@@ -77,7 +77,7 @@ def create_app(
             for task in tasks:
                 with suppress(asyncio.CancelledError):
                     await task
-            batch_api.store.close()
+            batch_api.state.close()
             await services.engine_client.aclose()
             if services.shared is not None:
                 await services.shared.aclose()

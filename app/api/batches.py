@@ -9,16 +9,16 @@ from starlette.responses import Response
 
 from app.api.deps import ServicesDep
 from app.api.files import BatchesDep, answer, owned_file
-from app.batch import store
 from app.batch.batches import new_batch, object_of, page
 from app.batch.service import Batches
+from app.batch.store import now
 from app.request.errors import InvalidRequest, NotFound
 
 router = APIRouter(prefix="/v1")
 
 
 async def owned_batch(batches: Batches, tenant: str, batch_id: str) -> dict[str, Any]:
-    found = await batches.store.run(lambda db: store.get_batch(db, tenant, batch_id))
+    found = await batches.state.get_batch(tenant, batch_id)
     if found is None:
         raise NotFound(f"No such Batch object: {batch_id}")
     return found
@@ -37,7 +37,7 @@ async def create(request: Request, services: ServicesDep, batches: BatchesDep) -
             raise InvalidRequest(
                 "input_file_id: a file uploaded for batches", param="input_file_id"
             )
-        await batches.store.run(lambda db: store.insert_batch(db, record, key_hash))
+        await batches.state.insert_batch(record, key_hash)
         batches.runner.wake()
         return object_of(record)
 
@@ -53,7 +53,7 @@ async def list_batches(
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
 ) -> Response:
     async def work(tenant: str, _: str | None) -> dict[str, Any]:
-        found = await batches.store.run(lambda db: store.list_batches(db, tenant))
+        found = await batches.state.list_batches(tenant)
         return page([object_of(r) for r in found], after, limit)
 
     return await answer(request, services, "batches", work)
@@ -78,9 +78,9 @@ async def cancel(
 
         def cancelling(record: dict[str, Any]) -> None:
             if record["status"] in ("validating", "in_progress"):
-                record.update(status="cancelling", cancelling_at=store.now())
+                record.update(status="cancelling", cancelling_at=now())
 
-        record = await batches.store.run(lambda db: store.update_batch(db, batch_id, cancelling))
+        record = await batches.state.update_batch(batch_id, cancelling)
         batches.runner.wake()
         return object_of(record)
 

@@ -8,10 +8,11 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
+from redis.exceptions import RedisError
 from starlette.responses import FileResponse, JSONResponse, Response
 
 from app.api.deps import ServicesDep
-from app.batch import files, store
+from app.batch import files
 from app.batch.batches import page
 from app.batch.service import Batches
 from app.keys.identify import identify
@@ -47,7 +48,7 @@ async def answer(
         response = done if isinstance(done, Response) else JSONResponse(done)
     except GatewayError as error:
         response = error_response(error)
-    except (OSError, sqlite3.Error) as error:
+    except (OSError, sqlite3.Error, RedisError) as error:
         log.error("the Batch API's storage failed: %r", error)
         unavailable = StorageUnavailable(
             "the gateway cannot keep files and batches now; retry later",
@@ -59,7 +60,7 @@ async def answer(
 
 
 async def owned_file(batches: Batches, tenant: str, file_id: str) -> dict[str, Any]:
-    found = await batches.store.run(lambda db: store.get_file(db, tenant, file_id))
+    found = await batches.state.get_file(tenant, file_id)
     if found is None:
         raise NotFound(f"No such File object: {file_id}")
     return found
@@ -68,7 +69,7 @@ async def owned_file(batches: Batches, tenant: str, file_id: str) -> dict[str, A
 @router.post("/files")
 async def upload(request: Request, services: ServicesDep, batches: BatchesDep) -> Response:
     async def work(tenant: str, _: str | None) -> dict[str, Any]:
-        record = await files.upload(request, batches.store, tenant, batches.limits)
+        record = await files.upload(request, batches.state, tenant, batches.limits)
         return files.object_of(record)
 
     return await answer(request, services, "files", work)
@@ -85,7 +86,7 @@ async def list_files(
     purpose: str | None = None,
 ) -> Response:
     async def work(tenant: str, _: str | None) -> dict[str, Any]:
-        found = await batches.store.run(lambda db: store.list_files(db, tenant, purpose, order))
+        found = await batches.state.list_files(tenant, purpose, order)
         return page([files.object_of(r) for r in found], after, limit)
 
     return await answer(request, services, "files", work)
@@ -107,7 +108,14 @@ async def file_content(
 ) -> Response:
     async def work(tenant: str, _: str | None) -> Response:
         await owned_file(batches, tenant, file_id)
-        return FileResponse(batches.store.path_of(file_id), media_type="application/jsonl")
+        path = batches.state.path_of(file_id)
+        if not path.exists():
+            raise StorageUnavailable(
+                f"the file {file_id} is not on this gateway's GATEWAY_BATCH_DIR: the gateways"
+                " must share that directory",
+                retry_after=services.settings.retry_after_unavailable,
+            )
+        return FileResponse(path, media_type="application/jsonl")
 
     return await answer(request, services, "files", work)
 
@@ -118,8 +126,8 @@ async def delete_file(
 ) -> Response:
     async def work(tenant: str, _: str | None) -> dict[str, Any]:
         await owned_file(batches, tenant, file_id)
-        await batches.store.run(lambda db: store.delete_file(db, tenant, file_id))
-        files.remove(batches.store, file_id)
+        await batches.state.delete_file(tenant, file_id)
+        batches.state.path_of(file_id).unlink(missing_ok=True)
         return {"id": file_id, "object": "file", "deleted": True}
 
     return await answer(request, services, "files", work)

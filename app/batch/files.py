@@ -17,8 +17,8 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
-from app.batch import store
-from app.batch.store import BatchStore, new_id, now
+from app.batch.state import BatchState
+from app.batch.store import new_id, now
 from app.request.errors import BodyTooLarge, InvalidRequest
 
 # What a form carries beside the file (its fields, the parts' headers).
@@ -43,14 +43,14 @@ async def _bounded(request: Request, limit: int) -> AsyncGenerator[bytes, None]:
 
 
 async def upload(
-    request: Request, files: BatchStore, tenant: str, limits: FileLimits
+    request: Request, files: BatchState, tenant: str, limits: FileLimits
 ) -> dict[str, Any]:
     """Store the uploaded file; its record (``object_of`` renders it)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit():
         if int(declared) > limits.max_bytes + _FORM_MARGIN:
             raise BodyTooLarge(f"the file is larger than {limits.max_bytes} bytes")
-        held = await files.run(lambda db: store.tenant_bytes(db, tenant))
+        held = await files.tenant_bytes(tenant)
         if held + int(declared) - _FORM_MARGIN > limits.tenant_bytes:
             raise BodyTooLarge(f"the tenant's files would exceed {limits.tenant_bytes} bytes")
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
@@ -75,7 +75,7 @@ async def upload(
         record = await _keep(upload_file, files, tenant, limits, expires_at)
     finally:
         await form.close()
-    await files.run(lambda db: store.insert_file(db, record))
+    await files.insert_file(record)
     return record
 
 
@@ -95,7 +95,7 @@ def _expires(anchor: Any, seconds: Any) -> int | None:
 
 
 async def _keep(
-    part: UploadFile, files: BatchStore, tenant: str, limits: FileLimits, expires_at: int | None
+    part: UploadFile, files: BatchState, tenant: str, limits: FileLimits, expires_at: int | None
 ) -> dict[str, Any]:
     file_id = new_id("file")
     path = files.path_of(file_id)
@@ -110,7 +110,7 @@ async def _keep(
             last = chunk[-1:]
             out.write(chunk)
     lines += last != b"\n"
-    held = await files.run(lambda db: store.tenant_bytes(db, tenant))
+    held = await files.tenant_bytes(tenant)
     refusal: Exception | None = None
     if size > limits.max_bytes:
         refusal = BodyTooLarge(f"the file is larger than {limits.max_bytes} bytes")
@@ -147,11 +147,12 @@ def object_of(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def write_output(files: BatchStore, tenant: str, purpose: str, lines: list[str]) -> str:
+async def write_output(files: BatchState, tenant: str, purpose: str, lines: list[str]) -> str:
     """A file the gateway writes (a batch's output or errors); its id."""
     file_id = new_id("file")
     path = files.path_of(file_id)
     data = "".join(line + "\n" for line in lines).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     record = {
         "id": file_id,
@@ -163,9 +164,5 @@ async def write_output(files: BatchStore, tenant: str, purpose: str, lines: list
         "created_at": now(),
         "expires_at": None,
     }
-    await files.run(lambda db: store.insert_file(db, record))
+    await files.insert_file(record)
     return file_id
-
-
-def remove(files: BatchStore, file_id: str) -> None:
-    files.path_of(file_id).unlink(missing_ok=True)

@@ -235,6 +235,33 @@ def release_running(db: sqlite3.Connection) -> int:
     return db.execute("UPDATE lines SET state = 'pending' WHERE state = 'running'").rowcount
 
 
+def release_lines(db: sqlite3.Connection, batch_id: str, idxs: list[int]) -> None:
+    """Lines this gateway was running when it stopped: pending again."""
+    db.executemany(
+        "UPDATE lines SET state = 'pending' WHERE batch_id = ? AND idx = ? AND state = 'running'",
+        [(batch_id, idx) for idx in idxs],
+    )
+
+
+def expire_pending(
+    db: sqlite3.Connection, batch_id: str, result_of: Callable[[str], dict[str, Any]]
+) -> list[str]:
+    """The lines an expired batch never ran: ended with ``result_of``'s result."""
+    rows = db.execute(
+        "SELECT idx, custom_id FROM lines WHERE batch_id = ? AND state = 'pending' ORDER BY idx",
+        (batch_id,),
+    ).fetchall()
+    out = []
+    for row in rows:
+        result = json.dumps(result_of(row["custom_id"]))
+        db.execute(
+            "UPDATE lines SET state = 'expired', result = ? WHERE batch_id = ? AND idx = ?",
+            (result, batch_id, row["idx"]),
+        )
+        out.append(result)
+    return out
+
+
 def finish_line(
     db: sqlite3.Connection, batch_id: str, idx: int, state: str, result: dict[str, Any] | None
 ) -> None:

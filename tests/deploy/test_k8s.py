@@ -51,7 +51,7 @@ REDIS = ("Deployment", "vllm-gateway-redis")
 SETTINGS = "vllm-gateway-settings"
 # The overlay a variant of it is rendered from, and the compose variant its
 # engine is checked against.
-RENDERS = {"gpu": "gpu", "cpu": "cpu", "gpu-hpa": "gpu", "gpu-zero": "gpu"}
+RENDERS = {"gpu": "gpu", "cpu": "cpu", "gpu-hpa": "gpu", "gpu-zero": "gpu", "gpu-batches": "gpu"}
 # The components a variant is composed of (instead of an overlay's own).
 COMPOSED = {
     "gpu-hpa": ["components/monitoring", "components/autoscaling-hpa"],
@@ -59,6 +59,11 @@ COMPOSED = {
         "components/monitoring",
         "components/autoscaling-keda",
         "components/scale-from-zero",
+    ],
+    "gpu-batches": [
+        "components/monitoring",
+        "components/autoscaling-keda",
+        "components/batches-shared",
     ],
 }
 # Kubernetes versions the built-in objects are validated against: an older
@@ -763,6 +768,33 @@ def test_scale_from_zero_starts_the_first_engine_on_held_requests(
     }
     assert settings.cold_start_timeout > probe["periodSeconds"]
     assert str(settings.upstream_urls).startswith("dns+")
+
+
+def test_the_gateways_keep_batch_files_where_every_replica_finds_them(
+    renders: dict[str, Rendered], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batches' state is in the Redis the replicas share; the files'
+    bytes are on a ReadWriteMany claim every replica mounts at the batch
+    directory (by default each pod's own emptyDir, on a read-only root)."""
+    for name, claimed in (("gpu", False), ("gpu-batches", True)):
+        rendered = renders[name]
+        settings = gateway_settings(rendered, monkeypatch)
+        gateway = only_container(rendered, GATEWAY)
+        workdir = "/srv/gateway"  # the image's WORKDIR: the default directory is under it
+        (mount,) = [m for m in gateway["volumeMounts"] if m["name"] == "batches"]
+        assert (Path(workdir) / settings.batch_dir).is_relative_to(mount["mountPath"])
+        (volume,) = [
+            v for v in template(rendered, GATEWAY)["spec"]["volumes"] if v["name"] == "batches"
+        ]
+        assert settings.redis_url is not None
+        if claimed:
+            claim = rendered.get(
+                "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"]
+            )
+            assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+            assert "emptyDir" not in volume
+        else:
+            assert volume == {"name": "batches", "emptyDir": {}}
 
 
 def test_the_autoscaling_queries_are_valid_promql(

@@ -242,7 +242,11 @@ async def test_a_gateway_killed_mid_batch_and_started_again_loses_no_line(
             batch.id,
             lambda batch: batch.request_counts is not None and batch.request_counts.completed >= 3,
         )
-    os.killpg(first.process.pid, signal.SIGKILL)  # mid-batch: lines on the engine
+    # Killed with its two lines on the engine (each runs about a second).
+    assert await asyncio.to_thread(
+        wait_until, lambda: first.metric("gateway_batch_lines_in_flight") == 2, timeout=30
+    )
+    os.killpg(first.process.pid, signal.SIGKILL)
     first.process.proc.wait(timeout=30)
 
     again = start_gateway(idle_engine.url, **settings)
