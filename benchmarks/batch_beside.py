@@ -41,7 +41,7 @@ from benchmarks.harness import (
     Client,
     Processes,
     benchmark_parser,
-    num,
+    median_range,
     q,
     run_benchmark,
     table,
@@ -177,14 +177,6 @@ async def run(procs: Processes, out: Path, args: argparse.Namespace) -> dict[str
     return {"runs": runs, "engine_cpus": stack.engine_cpus, "client_cpus": stack.client_cpus}
 
 
-def spread(values: list[float], digits: int = 2) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "-"
-    low, mid, high = (num(v, digits) for v in (min(values), q(values, 0.5), max(values)))
-    return f"{mid} ({low}–{high})"
-
-
 def render(result: dict[str, Any]) -> str:
     runs = result["runs"]
     by = {s: [r for r in runs if r["scenario"] == s] for s in SCENARIOS}
@@ -218,9 +210,9 @@ def render(result: dict[str, Any]) -> str:
         rows.append(
             [
                 s,
-                spread([r.get("chat_ttft_p50_s") for r in mine], 3),
-                spread([r.get("chat_ttft_p99_s") for r in mine], 3),
-                spread(
+                median_range([r.get("chat_ttft_p50_s") for r in mine], 3),
+                median_range([r.get("chat_ttft_p99_s") for r in mine], 3),
+                median_range(
                     [
                         r["chat_within_objective"] / r["chat_requests"]
                         for r in mine
@@ -228,9 +220,9 @@ def render(result: dict[str, Any]) -> str:
                     ],
                     3,
                 ),
-                spread([r.get("chat_tokens_per_s") for r in mine], 0),
-                spread([r.get("batch_tokens_per_s") for r in mine], 0),
-                spread([r.get("batch_seconds") for r in mine], 1),
+                median_range([r.get("chat_tokens_per_s") for r in mine], 0),
+                median_range([r.get("batch_tokens_per_s") for r in mine], 0),
+                median_range([r.get("batch_seconds") for r in mine], 1),
                 sum(r.get("chat_failed", 0) for r in mine),
             ]
         )
@@ -242,9 +234,9 @@ def render(result: dict[str, Any]) -> str:
         f" objective {args['objective']:g} s), {args['seconds']:g} s; a batch of {args['lines']}"
         f" lines of {args['batch_max_tokens']} tokens.\n\n"
         + table(headers, rows)
-        + f"\n\nChat TTFT p99 beside the batch ÷ alone, same round: {spread(p99_ratio)}."
+        + f"\n\nChat TTFT p99 beside the batch ÷ alone, same round: {median_range(p99_ratio)}."
         f" The batch's tokens/s beside the chat load ÷ (the batch's alone − the chat's alone),"
-        f" same round: {spread(left)}.\n"
+        f" same round: {median_range(left)}.\n"
     )
 
 

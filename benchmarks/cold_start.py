@@ -31,7 +31,14 @@ from typing import Any
 
 import httpx
 
-from benchmarks.harness import Client, Processes, benchmark_parser, num, q, run_benchmark, table
+from benchmarks.harness import (
+    Client,
+    Processes,
+    benchmark_parser,
+    median_range,
+    run_benchmark,
+    table,
+)
 from benchmarks.harness.processes import Service, model_name
 from deploy.local import ROOT, ManagedProcess, free_port, metric
 
@@ -132,13 +139,6 @@ async def run(procs: Processes, out: Path, args: argparse.Namespace) -> dict[str
     return {"runs": runs, "cpus": len(os.sched_getaffinity(0))}
 
 
-def spread(values: list[float], digits: int = 1) -> str:
-    if not values:
-        return "-"
-    low, mid, high = (num(v, digits) for v in (min(values), q(values, 0.5), max(values)))
-    return f"{mid} ({low}–{high})"
-
-
 def render(result: dict[str, Any]) -> str:
     runs = result["runs"]
     hand = [r for r in runs if r["target"] == "by hand"]
@@ -151,17 +151,17 @@ def render(result: dict[str, Any]) -> str:
     rows = [
         [
             "engine started by hand, /health polled",
-            spread([r["first_token_s"] for r in hand if r["first_token_s"]]),
+            median_range([r["first_token_s"] for r in hand if r["first_token_s"]], 1),
             "1",
             "-",
             "-",
         ],
         [
             "through the gateway, the scaler starting it",
-            spread([r["first_token_s"] for r in gate if r["first_token_s"]]),
-            spread(pairs, 2),
-            spread([r["gateway_measured_start_s"] for r in gate]),
-            spread([r["stopped_after_idle_s"] for r in gate]),
+            median_range([r["first_token_s"] for r in gate if r["first_token_s"]], 1),
+            median_range(pairs, 2),
+            median_range([r["gateway_measured_start_s"] for r in gate], 1),
+            median_range([r["stopped_after_idle_s"] for r in gate], 1),
         ],
     ]
     headers = [

@@ -30,7 +30,7 @@ from benchmarks.harness.machine import (
 from benchmarks.harness.measure import Bench, Sampler, Window, by_label, measured
 from benchmarks.harness.processes import Processes, Service, access_log, model_name, wait_ready
 from benchmarks.harness.run import add_common_args, benchmark_parser, run_benchmark
-from benchmarks.harness.tables import ms, num, q, sections, table, write_json
+from benchmarks.harness.tables import median_range, ms, num, q, sections, table, write_json
 
 __all__ = [
     "CHAT",
@@ -54,6 +54,7 @@ __all__ = [
     "machine_note",
     "machine_state",
     "measured",
+    "median_range",
     "model_name",
     "ms",
     "num",

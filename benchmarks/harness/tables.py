@@ -23,6 +23,15 @@ def num(v: float | None, digits: int = 0) -> str:
     return f"{v:,.{digits}f}"
 
 
+def median_range(values: Iterable[float | None], digits: int = 2) -> str:
+    """``median (min–max)`` of the values given (None skipped); ``-`` for none."""
+    given = [v for v in values if v is not None]
+    if not given:
+        return "-"
+    low, mid, high = (num(v, digits) for v in (min(given), q(given, 0.5), max(given)))
+    return f"{mid} ({low}–{high})"
+
+
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A Markdown table (each cell as ``str`` gives it)."""
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
