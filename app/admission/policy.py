@@ -198,7 +198,14 @@ class AdmissionPolicy:
         depth or its bytes (``queue_full``), or the predicted wait is longer
         than its objective allows (``objective_forecast``; not if it would be admitted
         at once). ``front``: a retry, which already waited its turn."""
-        held = self.cold.holds(waiter.model) and not self.serves(waiter.model)
+        # (The config, not ``cold.holds``: no code of the cold-start module
+        # on the path of a request for a model that is not cold.)
+        config = self.config
+        held = (
+            config.cold_start_timeout > 0
+            and waiter.model in config.cold_models
+            and not self.serves(waiter.model)
+        )
         if held:
             waiter.held_from = now
         if not front:
