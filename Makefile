@@ -255,7 +255,7 @@ bench-adapters: setup
 
 # What admission buys with service classes and TTFT objectives, against vLLM
 # alone in the same rounds: --parts mixed (bulk and chat classes),
-# objectives (open-loop arrivals past capacity), tenants (a flood beside a
+# objectives (open-loop arrivals past capacity), tenants (an open-loop flood beside a
 # light tenant), eviction (a high-class burst on an engine full of low work).
 bench-classes: setup
 	$(VENV)/bin/python -m benchmarks.classes $(BENCH_ARGS)

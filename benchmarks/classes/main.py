@@ -56,7 +56,7 @@ def parser() -> argparse.ArgumentParser:
     mixed.add_argument("--chat-max-tokens", type=int, default=24)
     mixed.add_argument("--chat-think", type=float, default=0.3, help="seconds")
     mixed.add_argument("--chat-objective", type=float, default=1.0, help="seconds")
-    obj = p.add_argument_group("objectives")
+    obj = p.add_argument_group("objectives (the capacity and request size: tenants too)")
     obj.add_argument("--objectives-seconds", type=float, default=180.0)
     obj.add_argument("--objectives-load", type=float, default=2.0, help="× capacity")
     obj.add_argument(
@@ -70,11 +70,10 @@ def parser() -> argparse.ArgumentParser:
     obj.add_argument("--loose-objective", type=float, default=10.0, help="seconds")
     ten = p.add_argument_group("tenants")
     ten.add_argument("--tenants-seconds", type=float, default=180.0)
-    ten.add_argument("--tenant-a-users", type=int, default=40)
-    ten.add_argument("--tenant-b-users", type=int, default=4)
-    # Long answers: A's flood holds the engine's KV cache, and what waits
-    # for it waits long.
-    ten.add_argument("--tenants-max-tokens", type=int, default=512)
+    ten.add_argument(
+        "--tenants-load", type=float, default=2.0, help="× capacity (the objectives part's)"
+    )
+    ten.add_argument("--tenant-a-times", type=float, default=10.0, help="A's arrivals ÷ B's")
     ten.add_argument("--tenant-objective", type=float, default=10.0, help="seconds")
     ev = p.add_argument_group("eviction")
     ev.add_argument("--eviction-seqs", type=int, default=16, help="the engine's max-num-seqs")

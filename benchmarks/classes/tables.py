@@ -195,15 +195,18 @@ def objectives(data: dict[str, Any], args: argparse.Namespace) -> str:
 def tenants(data: dict[str, Any], args: argparse.Namespace) -> str:
     runs = data["runs"]
     title = (
-        f"Tenants: tenant A {args.tenant_a_users} closed-loop users, tenant B"
-        f" {args.tenant_b_users}, one class (normal), max_tokens {args.tenants_max_tokens},"
-        f" objective {args.tenant_objective:g} s each (x-slo-ttft-ms), {args.tenants_seconds:g} s,"
+        f"Tenants: open-loop Poisson arrivals at {data['rate_rps']:.2f} requests/s"
+        f" ({args.tenants_load:g}× capacity) for {args.tenants_seconds:g} s, tenant A sending"
+        f" {args.tenant_a_times:g}× tenant B's, one class (normal), max_tokens"
+        f" {args.objectives_max_tokens}, objective {args.tenant_objective:g} s each"
+        " (x-slo-ttft-ms),"
         f" window {data['window_s']:g} s; {rounds(args)}, medians (min–max)"
     )
     columns = [
         *with_ratio("output tokens", kind("total", "output_tokens")),
         points("A"),
         points("B"),
+        ("refused with engine room (all rounds); first–last s", with_room),
         *ENGINE_AND_GATEWAY,
     ]
     return (

@@ -85,7 +85,12 @@ def result(rounds: int = 2) -> dict[str, Any]:
                 "window_s": 190.0,
                 "runs": runs("objectives", ["tight", "loose"], rounds, refusals=refusals),
             },
-            "tenants": {"window_s": 190.0, "runs": runs("tenants", ["A", "B"], rounds)},
+            "tenants": {
+                "capacity": {"rps": 10.0, "measured": True, "users": 48, "seconds": 30.0},
+                "rate_rps": 20.0,
+                "window_s": 190.0,
+                "runs": runs("tenants", ["A", "B"], rounds, refusals=refusals),
+            },
             "eviction": {"sequences": 16, "burst": 8, "runs": eviction},
         },
     }
@@ -105,6 +110,7 @@ def test_every_part_has_its_medians_its_pairing_and_each_round() -> None:
     assert "32 / 0 / 0 / 0 / 0 / 0" in text  # low clients, summed
     assert "32 of 32" in text
     assert "not exported" in text  # the gateway's evictions series absent
+    assert "Tenants: open-loop Poisson arrivals at 20.00 requests/s" in text
     for part in ("Mixed", "Objectives", "Tenants", "Eviction"):
         assert f"{part}, each round" in text
 

@@ -86,6 +86,29 @@ async def read_file(client: AsyncOpenAI, file_id: str | None) -> list[dict[str, 
     return [json.loads(x) for x in content.text.splitlines()]
 
 
+async def killed_mid_batch(gateway: Gateway, lines: list[dict[str, Any]], completed: int) -> str:
+    """A batch of ``lines`` made on ``gateway``, which is killed with SIGKILL
+    (its process group) once ``completed`` lines are done and two run on the
+    engine; the batch's id."""
+    async with AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="-") as client:
+        uploaded = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
+        batch = await client.batches.create(
+            input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h"
+        )
+        await until(
+            client,
+            batch.id,
+            lambda b: b.request_counts is not None and b.request_counts.completed >= completed,
+        )
+    # Killed with its two lines on the engine (each runs about a second).
+    assert await asyncio.to_thread(
+        wait_until, lambda: gateway.metric("gateway_batch_lines_in_flight") == 2, timeout=30
+    )
+    os.killpg(gateway.process.pid, signal.SIGKILL)
+    gateway.process.proc.wait(timeout=30)
+    return batch.id
+
+
 async def test_a_batch_runs_to_its_output_and_error_files(clients: Any) -> None:
     a, b = clients
     lines = [line(f"ok-{i}", completion(f"Batch line {i}")) for i in range(5)]
@@ -232,27 +255,12 @@ async def test_a_gateway_killed_mid_batch_and_started_again_loses_no_line(
     first.process.wait_http(f"{first.url}/health/ready", timeout=60)
     succeeded = idle_engine.metric("vllm:request_success_total")
     lines = [line(f"l{i}", completion(f"Kept {i}", 48, ignore_eos=True)) for i in range(16)]
-    async with AsyncOpenAI(base_url=f"{first.url}/v1", api_key="-") as client:
-        uploaded = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
-        batch = await client.batches.create(
-            input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h"
-        )
-        await until(
-            client,
-            batch.id,
-            lambda batch: batch.request_counts is not None and batch.request_counts.completed >= 3,
-        )
-    # Killed with its two lines on the engine (each runs about a second).
-    assert await asyncio.to_thread(
-        wait_until, lambda: first.metric("gateway_batch_lines_in_flight") == 2, timeout=30
-    )
-    os.killpg(first.process.pid, signal.SIGKILL)
-    first.process.proc.wait(timeout=30)
+    batch_id = await killed_mid_batch(first, lines, completed=3)
 
     again = start_gateway(idle_engine.url, **settings)
     again.process.wait_http(f"{again.url}/health/ready", timeout=60)
     async with AsyncOpenAI(base_url=f"{again.url}/v1", api_key="-") as client:
-        done = await finished(client, batch.id)
+        done = await finished(client, batch_id)
         output = await read_file(client, done.output_file_id)
     assert done.status == "completed"
     assert sorted(o["custom_id"] for o in output) == sorted(f"l{i}" for i in range(16))

@@ -4,18 +4,22 @@ killed with SIGKILL mid-batch, the other takes its lines over once their
 leases run out — every line one result, none lost, the lines sent twice
 counted."""
 
-import asyncio
-import os
-import signal
 from pathlib import Path
 
 from openai import AsyncOpenAI
 
-from tests.e2e.test_batches import ENDPOINT, completion, finished, jsonl, line, read_file, until
+from tests.e2e.test_batches import (
+    ENDPOINT,
+    completion,
+    finished,
+    jsonl,
+    killed_mid_batch,
+    line,
+    read_file,
+)
 from tests.support.engines import Engine
 from tests.support.gateways import Gateway, StartGateway
 from tests.support.redis_server import RedisServer
-from tests.support.wait import wait_until
 
 LINES = 16
 
@@ -41,29 +45,14 @@ async def test_a_batch_survives_the_gateway_running_it_killed_while_another_shar
     directory = tmp_path / "shared-batches"
     first = shared_gateway(start_gateway, idle_engine, redis, directory)
     lines = [line(f"l{i}", completion(f"Shared {i}", 48, ignore_eos=True)) for i in range(LINES)]
-    async with AsyncOpenAI(base_url=f"{first.url}/v1", api_key="-") as client:
-        uploaded = await client.files.create(file=("in.jsonl", jsonl(lines)), purpose="batch")
-        batch = await client.batches.create(
-            input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h"
-        )
-        await until(
-            client,
-            batch.id,
-            lambda b: b.request_counts is not None and b.request_counts.completed >= 2,
-        )
-    # Killed with its two lines on the engine (each runs about a second).
-    assert await asyncio.to_thread(
-        wait_until, lambda: first.metric("gateway_batch_lines_in_flight") == 2, timeout=30
-    )
-    os.killpg(first.process.pid, signal.SIGKILL)
-    first.process.proc.wait(timeout=30)
+    batch_id = await killed_mid_batch(first, lines, completed=2)
 
     # Started after the kill: it finds the batch in Redis and the file on the volume.
     second = shared_gateway(start_gateway, idle_engine, redis, directory)
     async with AsyncOpenAI(base_url=f"{second.url}/v1", api_key="-") as client:
-        done = await finished(client, batch.id)
+        done = await finished(client, batch_id)
         output = await read_file(client, done.output_file_id)
-        assert (await client.files.retrieve(uploaded.id)).id == uploaded.id
+        assert (await client.files.retrieve(done.input_file_id)).id == done.input_file_id
     assert done.status == "completed"
     assert sorted(o["custom_id"] for o in output) == sorted(f"l{i}" for i in range(LINES))
     assert done.request_counts is not None
