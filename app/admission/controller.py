@@ -186,8 +186,20 @@ class AdmissionController:
         """Queue ``waiter`` (the policy may refuse it: ``QueueFull``); the
         future is done when it is admitted, expired or drained."""
         future: asyncio.Future[Reservation] = asyncio.get_running_loop().create_future()
-        self.policy.enqueue(waiter, waiter.arrival, front=front)
+        pushed = self.policy.enqueue(waiter, waiter.arrival, front=front)
         self._futures[waiter] = future
+        for out in pushed:
+            theirs = self._futures.get(out.waiter)
+            if theirs is not None and not theirs.done():
+                theirs.set_exception(
+                    OverCapacity(
+                        "the gateway's queue is full and this request gave its place to one of"
+                        " a tenant queuing less or of a higher class; retry after the time given"
+                        " in Retry-After",
+                        reason="queue_full",
+                        retry_after=out.retry_after,
+                    )
+                )
         return future
 
     async def _wait(self, waiter: Waiter, future: "asyncio.Future[Reservation]") -> None:

@@ -11,7 +11,7 @@ until admitted, removed (its client left, its objective passed) or drained.
 
 import math
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from app.admission.pace import Life
@@ -193,6 +193,10 @@ class FairQueue:
     @property
     def tokens(self) -> int:
         return sum(cls.tokens for cls in self._classes.values())
+
+    def queues_of(self, priority: str) -> Mapping[str, Sequence[Waiter]]:
+        """Each tenant's waiters in ``priority``, in its order (not to be changed)."""
+        return self._classes[priority].queues
 
     # --- changes --------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from app.admission.cold import ColdStarts
 from app.admission.eviction import Eviction, Evictor
 from app.admission.fairqueue import FairQueue, Waiter
 from app.admission.forecast import Forecast, QueuePlace
+from app.admission.overflow import making_room
 from app.admission.recompute import EngineReading
 from app.engine.view import EngineView
 from app.request.identity import PRIORITIES
@@ -55,6 +56,7 @@ __all__ = [
     "AdmissionPolicy",
     "Decision",
     "PolicyConfig",
+    "PushedOut",
     "QueueFull",
     "QueuePlace",
     "Reservation",
@@ -98,6 +100,16 @@ class Decision:
     choice: Choice
     # When it was decided (what ``commit`` admits, it admits then).
     at: float = 0.0
+
+
+@dataclass(frozen=True)
+class PushedOut:
+    """A waiter that gave its place in the full queue to a lighter tenant's
+    or a higher class's request (``app.admission.overflow``), and when it
+    should come back."""
+
+    waiter: Waiter
+    retry_after: float
 
 
 class QueueFull(Exception):
@@ -193,11 +205,13 @@ class AdmissionPolicy:
     def queued(self) -> int:
         return len(self.queue)
 
-    def enqueue(self, waiter: Waiter, now: float, *, front: bool = False) -> None:
+    def enqueue(self, waiter: Waiter, now: float, *, front: bool = False) -> list[PushedOut]:
         """Queue a request, or raise ``QueueFull`` if the queue is at its
-        depth or its bytes (``queue_full``), or the predicted wait is longer
-        than its objective allows (``objective_forecast``; not if it would be admitted
-        at once). ``front``: a retry, which already waited its turn."""
+        depth or its bytes and no one makes room for it (``queue_full``;
+        ``app.admission.overflow``), or the predicted wait is longer than its
+        objective allows (``objective_forecast``; not if it would be admitted
+        at once). ``front``: a retry, which already waited its turn. Returns
+        the waiters pushed out to make room, each with its Retry-After."""
         # (The config, not ``cold.holds``: no code of the cold-start module
         # on the path of a request for a model that is not cold.)
         config = self.config
@@ -208,16 +222,18 @@ class AdmissionPolicy:
         )
         if held:
             waiter.held_from = now
+        pushed: list[PushedOut] = []
         if not front:
-            self._refuse_if_full(waiter, now)
+            pushed = self._refuse_if_full(waiter, now)
         if held:
             self.cold.hold(waiter, now)
         waiter.round = self._round
         waiter.sheddable = self.config.classes[waiter.priority].sheddable
         self.queue.add(waiter, front=front)
         self.forecast.drain.tick(now, backlog=True, in_flight=self.in_flight)
+        return pushed
 
-    def _refuse_if_full(self, waiter: Waiter, now: float) -> None:
+    def _refuse_if_full(self, waiter: Waiter, now: float) -> list[PushedOut]:
         config, w, forecast = self.config, waiter, self.forecast
         forecast.drain.tick(now, backlog=self.queued > 0, in_flight=self.in_flight)
         told = partial(forecast.retry_after, now, self.capacity_tokens, w.tokens, w.tenant)
@@ -227,8 +243,17 @@ class AdmissionPolicy:
         )
         # A full queue refuses what would wait in it, not what an engine
         # takes now (a depth of 0: no waiting at all, not no requests).
+        out: list[Waiter] = []
         if full and not self._admitted_at_once(w, now):
-            raise QueueFull(told(w.priority))
+            room = making_room(
+                self.queue,
+                w,
+                depth_over=max(0, self.queued + 1 - config.max_queue_depth),
+                bytes_over=max(0, self.queue.size + w.size - config.max_queue_bytes),
+            )
+            if room is None:
+                raise QueueFull(told(w.priority))
+            out = room
         wait = forecast.wait(w.priority, w.tokens, w.tenant, w.deadline)
         left = self.time_left(w, now)
         if wait is not None and forecast.misses(wait, left) and not self._admitted_at_once(w, now):
@@ -240,6 +265,15 @@ class AdmissionPolicy:
                     f" of {w.objective:g}s"
                 ),
             )
+        # Pushed out only now that the arrival is queued in their place.
+        pushed = []
+        for victim in out:
+            self.queue.remove(victim)
+            retry = forecast.retry_after(
+                now, self.capacity_tokens, victim.tokens, victim.tenant, victim.priority
+            )
+            pushed.append(PushedOut(victim, retry))
+        return pushed
 
     def time_left(self, waiter: Waiter, now: float) -> float:
         """Seconds ``waiter`` may still wait and have its first token within
