@@ -97,8 +97,11 @@ async def queue_with_every_priority(http: httpx.AsyncClient, admission: str) -> 
         )
         # All four queued: the queue is at its depth (until they time out).
         assert await wait_for(lambda: queued(admission) == 4, timeout=30)
+        # Of the lowest class and the same tenant: nobody queued gives it a place.
         full = await http.post(
-            f"{admission}/v1/completions", json={**LONG, "prompt": "one too many"}
+            f"{admission}/v1/completions",
+            json={**LONG, "prompt": "one too many"},
+            headers={"X-Priority": "low"},
         )
         leaving.cancel()
         with contextlib.suppress(asyncio.CancelledError):
