@@ -125,6 +125,9 @@ async def overload_once(
     refused = [c for c in calls if c.status == 429]
     ttfts = [t for c in served if c.started >= start and (t := c.ttft) is not None]
     ttfts_all = [t for c in served if (t := c.ttft) is not None]
+    # What everything in front of the engine's core added (settled), where
+    # the engine said its own queue and time to first token.
+    residuals = [r for c in served if c.started >= start and (r := c.residual) is not None]
     waiting = window.series("engine", "vllm:num_requests_waiting", start, end)
     running = window.series("engine", "vllm:num_requests_running", start, end)
     running_all = window.series("engine", "vllm:num_requests_running", t0, end)
@@ -170,6 +173,8 @@ async def overload_once(
         "ttft_p50": q(ttfts, 0.5),
         "ttft_p99": q(ttfts, 0.99),
         "ttft_p99_all": q(ttfts_all, 0.99),
+        "residual_p50": q(residuals, 0.5),
+        "residual_p99": q(residuals, 0.99),
         "engine_waiting_mean": mean(waiting),
         "engine_waiting_max": max(waiting) if waiting else None,
         "engine_running_mean": mean(running),

@@ -93,6 +93,7 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         "served in time / late (× direct's in time)",
         "TTFT p99 s, from t=0 / settled",
         "TTFT p99 from t=0 − direct's (same round) s",
+        "residual p50 / p99 − direct's (same round) ms",
         "engine running mean",
         "engine tok/s, from t=0 / settled (× direct)",
         "preempt",
@@ -167,6 +168,7 @@ def overload_table(results: list[dict[str, Any]]) -> str:
                 in_time,
                 f"{spread_text(p99, 2)} / {spread_text(settled, 2)}",
                 "-" if target == "direct" else _signed(spread(added)),
+                "-" if target == "direct" else _residual_added(results, rounds, client),
                 spread_text(running, 1),
                 generated,
                 num(sum(r["preemptions"] or 0 for r in rounds)),
@@ -175,12 +177,29 @@ def overload_table(results: list[dict[str, Any]]) -> str:
     return table(headers, body)
 
 
-def _signed(s: dict[str, float] | None) -> str:
+def _signed(s: dict[str, float] | None, digits: int = 2) -> str:
     """A difference over the rounds, its sign written: ``+0.27 (+0.10–+0.41)``."""
     if s is None:
         return "-"
-    med, lo, hi = (f"{s[k]:+.2f}" for k in ("median", "min", "max"))
+    med, lo, hi = (f"{s[k]:+.{digits}f}" for k in ("median", "min", "max"))
     return med if lo == hi else f"{med} ({lo}–{hi})"
+
+
+def _residual_added(
+    results: list[dict[str, Any]], rounds: list[dict[str, Any]], client: str
+) -> str:
+    """The residual's p50 and p99 less direct's in the same round, in ms
+    (median of the rounds, with their range)."""
+    parts = []
+    for key in ("residual_p50", "residual_p99"):
+        base = {(r["client"], r["repeat"]): r.get(key) for r in results if r["target"] == "direct"}
+        added = [
+            (v - b) * 1000
+            for r in rounds
+            if (v := r.get(key)) is not None and (b := base.get((client, r["repeat"]))) is not None
+        ]
+        parts.append(_signed(spread(added), 0))
+    return " / ".join(parts)
 
 
 def _paired(

@@ -136,3 +136,17 @@ def test_vllm_direct_again_is_paired_with_direct_as_a_relay_is() -> None:
     assert "+0.08 (-0.10–+0.25)" in again
     gateway = next(line for line in lines if "make up" in line)
     assert "+0.35 (+0.20–+0.50)" in gateway
+
+
+def test_what_a_relay_adds_to_the_residual_is_paired_with_direct_in_the_same_round() -> None:
+    results = [
+        row("direct", 0, 1000.0, residual_p50=0.010, residual_p99=0.050),
+        row("makeup", 0, 900.0, residual_p50=0.014, residual_p99=0.080),
+        row("direct", 1, 1000.0, residual_p50=0.020, residual_p99=0.150),
+        row("makeup", 1, 900.0, residual_p50=0.021, residual_p99=0.160),
+    ]
+    gateway = next(line for line in overload_table(results).splitlines() if "make up" in line)
+    # +4 and +1 ms at p50 (their median 2.5), +30 and +10 at p99: per round.
+    assert "+3 (+1–+4) / +20 (+10–+30)" in gateway
+    direct = next(line for line in overload_table(results).splitlines() if "vLLM direct" in line)
+    assert "+" not in direct
