@@ -46,6 +46,10 @@ class Call:
     streamed: bool = True
     # The engine's own queue and time to first token (seconds), where it said.
     engine_time: float | None = None
+    # Its time from arrival to admission in the gateway (seconds: the
+    # ``queue`` of the head's ``Server-Timing``, its intake included); None
+    # from anything that does not say one.
+    gateway_queue: float | None = None
 
     @property
     def ttft(self) -> float | None:
@@ -57,6 +61,15 @@ class Call:
         what everything in front of the engine's core added."""
         ttft = self.ttft
         return None if ttft is None or self.engine_time is None else ttft - self.engine_time
+
+    @property
+    def relay_residual(self) -> float | None:
+        """The residual less the gateway's arrival to admission: what the
+        path in front of the engine added besides holding the request back
+        (its intake, a few milliseconds, goes with it; a relay without a
+        queue: its residual)."""
+        residual = self.residual
+        return None if residual is None else residual - (self.gateway_queue or 0.0)
 
     @property
     def latency(self) -> float:
@@ -103,6 +116,7 @@ class Client:
                     call.retry_after = _retry_after(resp.headers.get("retry-after"))
                     call.finished = time.perf_counter()
                     return call
+                call.gateway_queue = queue_wait(resp.headers.get("server-timing"))
                 meter = StreamMeter(started=call.started)
                 errors = ErrorEvents()
                 async for data in resp.content.iter_any():
@@ -211,6 +225,21 @@ def _error_code(body: bytes) -> str:
     except (ValueError, AttributeError):
         return ""
     return str(error.get("code") or "") if isinstance(error, dict) else ""
+
+
+def queue_wait(server_timing: str | None) -> float | None:
+    """The ``queue`` metric of a ``Server-Timing`` header, in seconds."""
+    for metric in (server_timing or "").split(","):
+        name, *params = (part.strip() for part in metric.split(";"))
+        if name == "queue":
+            for param in params:
+                key, _, value = param.partition("=")
+                if key.strip() == "dur":
+                    try:
+                        return float(value) / 1000
+                    except ValueError:
+                        return None
+    return None
 
 
 def _retry_after(value: str | None) -> float | None:

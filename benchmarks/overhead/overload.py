@@ -126,8 +126,10 @@ async def overload_once(
     ttfts = [t for c in served if c.started >= start and (t := c.ttft) is not None]
     ttfts_all = [t for c in served if (t := c.ttft) is not None]
     # What everything in front of the engine's core added (settled), where
-    # the engine said its own queue and time to first token.
-    residuals = [r for c in served if c.started >= start and (r := c.residual) is not None]
+    # the engine said its own queue and time to first token, less the
+    # gateway's arrival to admission: under overload the burst waits in the
+    # gateway's queue instead of the engine's, which is not the relay's work.
+    residuals = [r for c in served if c.started >= start and (r := c.relay_residual) is not None]
     waiting = window.series("engine", "vllm:num_requests_waiting", start, end)
     running = window.series("engine", "vllm:num_requests_running", start, end)
     running_all = window.series("engine", "vllm:num_requests_running", t0, end)

@@ -93,7 +93,7 @@ def overload_table(results: list[dict[str, Any]]) -> str:
         "served in time / late (× direct's in time)",
         "TTFT p99 s, from t=0 / settled",
         "TTFT p99 from t=0 − direct's (same round) s",
-        "residual p50 / p99 − direct's (same round) ms",
+        "residual less the gateway's arrival to admission, p50 / p99 − direct's (same round) ms",
         "engine running mean",
         "engine tok/s, from t=0 / settled (× direct)",
         "preempt",
